@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what walrelay needs on Debian 12 (bookworm). Idempotent; does nothing slow when
+# everything is present. Run as root (or through sudo).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache git
+  clang libclang-rt-14-dev            # libFuzzer + sanitizers for the fuzz target
+  libpq-dev postgresql-15 postgresql-client-15 postgresql-15-wal2json
+  librdkafka-dev kcat
+  libsimdjson-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  procps curl python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian package starts a default cluster on port 5432; walrelay's tests never use it.
+echo "install-deps: done"
