@@ -1,0 +1,77 @@
+// MockCluster: an in-process Kafka cluster (librdkafka's rdkafka_mock.h) that speaks the
+// real Kafka protocol over loopback TCP. For tests and walrelay-devbroker; not production.
+//
+// What librdkafka 2.0.2's mock does (observed and read from its source):
+//   - brokers are numbered 1..N and listen on 127.0.0.1 ephemeral ports;
+//   - topics: created explicitly (CreateTopic) or auto-created by a client's Metadata
+//     request with 4 partitions and replication factor min(3, N); the auto-create
+//     partition count is fixed (no API to change it in 2.0.2); CreateTopics (Admin API)
+//     is not supported;
+//   - produce (idempotent too), fetch, list offsets and classic consumer groups
+//     (FindCoordinator/JoinGroup/SyncGroup/Heartbeat/OffsetCommit/OffsetFetch) work;
+//   - broker down closes its connections and refuses new ones; partition leadership does
+//     not move, so records for partitions led by a down broker wait until it is up again
+//     (or message.timeout.ms expires on the producer side);
+//   - no size limit of its own on produced records, no retention.
+//
+// Thread safety: all methods may be called from any thread (librdkafka serialises the
+// mock's control operations through its op queue).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+typedef struct rd_kafka_s rd_kafka_t;
+typedef struct rd_kafka_mock_cluster_s rd_kafka_mock_cluster_t;
+
+namespace walrelay::kafka {
+
+class MockCluster {
+ public:
+  // Starts `brokers` (>= 1) mock brokers. The cluster lives until destruction.
+  static Result<std::unique_ptr<MockCluster>> Create(int brokers);
+  ~MockCluster();
+  MockCluster(const MockCluster&) = delete;
+  MockCluster& operator=(const MockCluster&) = delete;
+
+  // "127.0.0.1:port,127.0.0.1:port,...": the bootstrap.servers for clients.
+  const std::string& bootstraps() const { return bootstraps_; }
+  int broker_count() const { return brokers_; }
+
+  // Creates `name` with `partitions` partitions; replication_factor <= broker_count().
+  // kAlreadyExists when the topic exists (including auto-created ones).
+  Status CreateTopic(std::string_view name, int partitions, int replication_factor = 1);
+
+  // Broker `id` in 1..broker_count() disconnects its clients and refuses new connections
+  // (down), or accepts them again (up). Leadership does not move.
+  Status SetBrokerDown(int32_t id);
+  Status SetBrokerUp(int32_t id);
+  Status SetAllBrokersDown();
+  Status SetAllBrokersUp();
+
+  // Delays every response of broker `id` (-1: all) by `rtt_ms`.
+  Status SetBrokerRtt(int32_t id, int rtt_ms);
+
+  // The next errors.size() requests of Kafka API `api_key` (e.g. 0 = Produce) fail with
+  // these rd_kafka_resp_err_t codes, in order (RD_KAFKA_RESP_ERR__TRANSPORT disconnects).
+  void PushRequestErrors(int16_t api_key, const std::vector<int>& errors);
+
+  // The raw handle, for mock features not wrapped here. Owned by the MockCluster.
+  rd_kafka_mock_cluster_t* handle() const { return mcluster_; }
+
+ private:
+  MockCluster() = default;
+  Status CheckBroker(int32_t id) const;
+
+  rd_kafka_t* rk_ = nullptr;  // the handle librdkafka requires to own the mock
+  rd_kafka_mock_cluster_t* mcluster_ = nullptr;
+  int brokers_ = 0;
+  std::string bootstraps_;
+};
+
+}  // namespace walrelay::kafka

@@ -1,0 +1,325 @@
+#include "src/kafka/producer.h"
+
+#include <fmt/format.h>
+#include <librdkafka/rdkafka.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+
+namespace walrelay::kafka {
+
+static_assert(sizeof(void*) >= sizeof(uint64_t), "cookies travel in the message opaque");
+
+// librdkafka's C callbacks; `opaque` is the Producer (rd_kafka_conf_set_opaque).
+struct ProducerCallbacks {
+  static void Delivery(rd_kafka_t* /*rk*/, const rd_kafka_message_t* message, void* opaque) {
+    static_cast<Producer*>(opaque)->HandleDelivery(message);
+  }
+  static void Error(rd_kafka_t* /*rk*/, int err, const char* reason, void* opaque) {
+    static_cast<Producer*>(opaque)->HandleError(err, reason);
+  }
+  // Runs on librdkafka's internal threads; spdlog's default logger is thread-safe.
+  static void Log(const rd_kafka_t* /*rk*/, int level, const char* fac, const char* buf) {
+    auto spd = level <= 3   ? spdlog::level::err
+               : level == 4 ? spdlog::level::warn
+               : level <= 6 ? spdlog::level::info
+                            : spdlog::level::debug;
+    spdlog::log(spd, "rdkafka {}: {}", fac, buf);
+  }
+};
+
+namespace {
+
+constexpr int kMaxInFlight = 5;
+
+Status SetProperty(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
+  char errstr[512];
+  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) !=
+      RD_KAFKA_CONF_OK) {
+    return InvalidArgumentError(fmt::format("kafka property {}={}: {}", name, value, errstr));
+  }
+  return Status::Ok();
+}
+
+std::string GetProperty(const rd_kafka_conf_t* conf, const char* name) {
+  char buf[1024];
+  size_t size = sizeof(buf);
+  if (rd_kafka_conf_get(conf, name, buf, &size) != RD_KAFKA_CONF_OK) return {};
+  return std::string(buf);
+}
+
+// Rejects user properties that would weaken the delivery guarantees the relay relies on.
+Status CheckEnforced(const std::string& name, const std::string& value) {
+  if (name == "enable.idempotence" && value != "true") {
+    return InvalidArgumentError("kafka property enable.idempotence must stay true");
+  }
+  if ((name == "acks" || name == "request.required.acks") && value != "all" && value != "-1") {
+    return InvalidArgumentError(fmt::format("kafka property {} must be all (-1)", name));
+  }
+  if (name == "max.in.flight.requests.per.connection" || name == "max.in.flight") {
+    int n = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || ptr != value.data() + value.size() || n < 1 || n > kMaxInFlight) {
+      return InvalidArgumentError(fmt::format(
+          "kafka property {} must be 1..{} (per-key order with idempotence)", name, kMaxInFlight));
+    }
+  }
+  if (name == "transactional.id") {
+    return InvalidArgumentError("kafka property transactional.id is not supported");
+  }
+  return Status::Ok();
+}
+
+std::string KafkaErrorText(rd_kafka_resp_err_t err) {
+  return fmt::format("{} ({})", rd_kafka_err2str(err), rd_kafka_err2name(err));
+}
+
+}  // namespace
+
+StatusCode StatusCodeForKafkaError(int code) {
+  switch (static_cast<rd_kafka_resp_err_t>(code)) {
+    case RD_KAFKA_RESP_ERR_NO_ERROR:
+      return StatusCode::kOk;
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+      return StatusCode::kInvalidArgument;
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+      return StatusCode::kNotFound;
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+    case RD_KAFKA_RESP_ERR__DESTROY:
+      return StatusCode::kCancelled;
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+      return StatusCode::kResourceExhausted;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+      return StatusCode::kPermissionDenied;
+    case RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
+      return StatusCode::kFailedPrecondition;
+    // The idempotence guarantee is broken: only a restart from the slot position is safe.
+    case RD_KAFKA_RESP_ERR__FATAL:
+    case RD_KAFKA_RESP_ERR__INCONSISTENT:
+    case RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE:
+    case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
+    case RD_KAFKA_RESP_ERR_DUPLICATE_SEQUENCE_NUMBER:
+    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
+    case RD_KAFKA_RESP_ERR_PRODUCER_FENCED:
+      return StatusCode::kInternal;
+    default:
+      // Timeouts, transport errors, leader changes, not enough replicas, ...: transient.
+      return StatusCode::kUnavailable;
+  }
+}
+
+Producer::Producer(DeliveryCallback on_delivery, std::chrono::milliseconds queue_full_timeout)
+    : on_delivery_(std::move(on_delivery)), queue_full_timeout_(queue_full_timeout) {}
+
+Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
+                                                   DeliveryCallback on_delivery) {
+  if (!on_delivery) return InvalidArgumentError("kafka producer needs a delivery callback");
+  std::unique_ptr<Producer> producer(
+      new Producer(std::move(on_delivery), options.queue_full_timeout));
+
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  auto configure = [&]() -> Status {
+    WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "linger.ms", "5"));
+    WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "message.timeout.ms", "300000"));
+    WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "partitioner", "murmur2_random"));
+    WALRELAY_RETURN_IF_ERROR(
+        SetProperty(conf, "max.in.flight.requests.per.connection", std::to_string(kMaxInFlight)));
+    for (const auto& [name, value] : options.properties) {
+      WALRELAY_RETURN_IF_ERROR(CheckEnforced(name, value));
+      WALRELAY_RETURN_IF_ERROR(SetProperty(conf, name, value));
+    }
+    WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "enable.idempotence", "true"));
+    WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "acks", "all"));
+    if (GetProperty(conf, "bootstrap.servers").empty()) {
+      return InvalidArgumentError("kafka property bootstrap.servers is required");
+    }
+    return Status::Ok();
+  };
+  if (Status st = configure(); !st.ok()) {
+    rd_kafka_conf_destroy(conf);
+    return st;
+  }
+  std::string max_bytes = GetProperty(conf, "message.max.bytes");
+  producer->max_message_bytes_ = std::strtoll(max_bytes.c_str(), nullptr, 10);
+
+  rd_kafka_conf_set_opaque(conf, producer.get());
+  rd_kafka_conf_set_dr_msg_cb(conf, &ProducerCallbacks::Delivery);
+  rd_kafka_conf_set_error_cb(conf, &ProducerCallbacks::Error);
+  rd_kafka_conf_set_log_cb(conf, &ProducerCallbacks::Log);
+
+  char errstr[512];
+  // On success rd_kafka_new takes ownership of conf; on failure it stays ours.
+  producer->rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  if (producer->rk_ == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    return InvalidArgumentError(fmt::format("kafka producer: {}", errstr));
+  }
+  return producer;
+}
+
+Producer::~Producer() {
+  if (rk_ == nullptr) return;
+  rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  for (auto& [name, rkt] : topics_) rd_kafka_topic_destroy(rkt);
+  rd_kafka_destroy(rk_);
+}
+
+Result<rd_kafka_topic_t*> Producer::Topic(std::string_view name) {
+  if (auto it = topics_.find(name); it != topics_.end()) return it->second;
+  std::string owned(name);
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk_, owned.c_str(), nullptr);
+  if (rkt == nullptr) {
+    return InvalidArgumentError(
+        fmt::format("kafka topic '{}': {}", owned, KafkaErrorText(rd_kafka_last_error())));
+  }
+  topics_.emplace(std::move(owned), rkt);
+  return rkt;
+}
+
+Status Producer::Produce(std::string_view topic, std::string_view key, std::string_view value,
+                         std::span<const Header> headers, uint64_t cookie) {
+  CheckFatal();
+  if (!fatal_.ok()) return fatal_;
+  WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
+
+  size_t header_bytes = 0;
+  rd_kafka_headers_t* hdrs = nullptr;
+  if (!headers.empty()) {
+    hdrs = rd_kafka_headers_new(headers.size());
+    for (const Header& h : headers) {
+      header_bytes += h.name.size() + h.value.size();
+      rd_kafka_header_add(hdrs, h.name.data(), static_cast<ssize_t>(h.name.size()), h.value.data(),
+                          static_cast<ssize_t>(h.value.size()));
+    }
+  }
+
+  const auto deadline = std::chrono::steady_clock::now() + queue_full_timeout_;
+  rd_kafka_resp_err_t err;
+  for (;;) {
+    // Ownership of hdrs passes to librdkafka only when producev succeeds.
+    err = rd_kafka_producev(
+        rk_, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(key.empty() ? nullptr : const_cast<char*>(key.data()), key.size()),
+        RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(hdrs),
+        RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(cookie))), RD_KAFKA_V_END);
+    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) break;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    // Make room: serve delivery reports while librdkafka drains the queue.
+    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
+                         std::chrono::milliseconds(100));
+    rd_kafka_poll(rk_, static_cast<int>(wait.count()) + 1);
+    CheckFatal();
+    if (!fatal_.ok()) break;
+  }
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
+  if (hdrs != nullptr) rd_kafka_headers_destroy(hdrs);
+  if (!fatal_.ok()) return fatal_;
+
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+      return InvalidArgumentError(fmt::format(
+          "record too large for topic {}: {} bytes (key {}, value {}, headers {}) over the "
+          "producer limit message.max.bytes={}",
+          topic, key.size() + value.size() + header_bytes, key.size(), value.size(), header_bytes,
+          max_message_bytes_));
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+      return ResourceExhaustedError(
+          fmt::format("kafka producer queue still full after {} ms ({} queued)",
+                      queue_full_timeout_.count(), rd_kafka_outq_len(rk_)));
+    case RD_KAFKA_RESP_ERR__FATAL:
+      CheckFatal();
+      return fatal_;
+    default:
+      return Status(StatusCodeForKafkaError(err),
+                    fmt::format("kafka produce to {}: {}", topic, KafkaErrorText(err)));
+  }
+}
+
+void Producer::HandleDelivery(const rd_kafka_message_t* message) {
+  const auto cookie = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(message->_private));
+  if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    on_delivery_(cookie, Status::Ok());
+    return;
+  }
+  std::string text = KafkaErrorText(message->err);
+  if (message->err == RD_KAFKA_RESP_ERR__FATAL) {
+    char reason[512];
+    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
+    text = fmt::format("fatal {}: {}", rd_kafka_err2name(fatal), reason);
+  }
+  const char* topic = message->rkt != nullptr ? rd_kafka_topic_name(message->rkt) : "?";
+  const StatusCode code = StatusCodeForKafkaError(message->err);
+  if (code == StatusCode::kInvalidArgument) {
+    text = fmt::format("record too large for the broker ({} bytes key+value): {}",
+                       message->key_len + message->len, text);
+  }
+  on_delivery_(cookie, Status(code, fmt::format("kafka delivery to {} [{}] failed: {}", topic,
+                                                message->partition, text)));
+}
+
+void Producer::HandleError(int err, const char* reason) {
+  if (err == RD_KAFKA_RESP_ERR__FATAL) {
+    spdlog::error("kafka producer fatal error reported: {}", reason);
+  } else {
+    spdlog::warn("kafka producer: {}: {}", rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)),
+                 reason);
+  }
+}
+
+void Producer::CheckFatal() {
+  if (!fatal_.ok()) return;
+  char reason[512];
+  rd_kafka_resp_err_t err = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  fatal_ = InternalError(fmt::format("kafka producer fatal error {}: {} (purged; restart needed)",
+                                     rd_kafka_err2name(err), reason));
+  spdlog::error("{}", fatal_.message());
+  Purge();
+}
+
+int Producer::Poll(std::chrono::milliseconds timeout) {
+  int served = rd_kafka_poll(rk_, static_cast<int>(timeout.count()));
+  CheckFatal();
+  return served;
+}
+
+Status Producer::Flush(std::chrono::milliseconds timeout) {
+  rd_kafka_resp_err_t err = rd_kafka_flush(rk_, static_cast<int>(timeout.count()));
+  CheckFatal();
+  if (err == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+    return DeadlineExceededError(fmt::format("kafka flush: {} still queued after {} ms",
+                                             rd_kafka_outq_len(rk_), timeout.count()));
+  }
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return Status(StatusCodeForKafkaError(err), "kafka flush: " + KafkaErrorText(err));
+  }
+  return Status::Ok();
+}
+
+void Producer::Purge() {
+  rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  // A blocking purge has queued the purged records' reports by now; serve them all.
+  while (rd_kafka_poll(rk_, 0) > 0) {
+  }
+}
+
+int Producer::OutQueueLength() const { return rd_kafka_outq_len(rk_); }
+
+}  // namespace walrelay::kafka

@@ -1,0 +1,65 @@
+#include "src/relay/config.h"
+
+namespace walrelay::relay {
+
+Status RelayConfig::Validate() const {
+  if (source_dsn.empty()) {
+    return InvalidArgumentError(
+        "no source database: set --source-dsn (or WALRELAY_SOURCE_DSN, or source.dsn in the "
+        "config file), e.g. 'host=/var/run/postgresql dbname=app user=walrelay'");
+  }
+  if (bootstrap_servers.empty() && !embedded_kafka) {
+    return InvalidArgumentError(
+        "no Kafka: set --kafka-bootstrap-servers host:port (or --kafka-embedded true for a demo)");
+  }
+  if (slot.empty() || publication.empty()) {
+    return InvalidArgumentError("--source-slot and --source-publication must not be empty");
+  }
+  if (tables.empty() && message_prefix.empty()) {
+    return InvalidArgumentError(
+        "nothing to relay: give at least one --source-table or a --source-message-prefix");
+  }
+  for (const auto& t : tables) {
+    if (t.find('.') == std::string::npos) {
+      return InvalidArgumentError("--source-table '" + t +
+                                  "' must be schema-qualified, e.g. public." + t);
+    }
+  }
+  if (columns.event_id.empty() || columns.aggregate_id.empty() || columns.event_type.empty() ||
+      columns.payload.empty()) {
+    return InvalidArgumentError(
+        "--outbox-column: event_id, aggregate_id, event_type and payload are required columns");
+  }
+  if (topic_template.empty() && columns.topic.empty()) {
+    return InvalidArgumentError(
+        "no way to choose a topic: set --outbox-topic-template or a topic column");
+  }
+  if (max_in_flight_events < 1 || max_in_flight_bytes < 1024) {
+    return InvalidArgumentError(
+        "--flow-max-in-flight-events must be >= 1 and --flow-max-in-flight-bytes >= 1024");
+  }
+  if (status_interval.count() < 10 || reconnect_min.count() < 1 || reconnect_max < reconnect_min ||
+      shutdown_timeout.count() < 0) {
+    return InvalidArgumentError(
+        "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
+        "reconnect-max, shutdown timeout >= 0");
+  }
+  for (const char* key : {"enable.idempotence", "acks"}) {
+    auto it = kafka_properties.find(key);
+    if (it == kafka_properties.end()) continue;
+    bool weakened = std::string(key) == "acks" ? (it->second != "all" && it->second != "-1")
+                                               : it->second != "true";
+    if (weakened) {
+      return InvalidArgumentError(std::string("--kafka-property ") + key + "=" + it->second +
+                                  " would allow lost or duplicated-out-of-order events; walrelay "
+                                  "requires enable.idempotence=true and acks=all");
+    }
+  }
+  if (log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
+      log_level != "error") {
+    return InvalidArgumentError("--ops-log-level must be trace, debug, info, warn or error");
+  }
+  return Status::Ok();
+}
+
+}  // namespace walrelay::relay

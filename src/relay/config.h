@@ -1,0 +1,75 @@
+// RelayConfig: everything `walrelay run` is told, after flags, WALRELAY_* environment
+// variables and the TOML file have been merged (src/cli/options.h does the merging and
+// documents every option). Plain data; Validate() checks cross-field rules.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace walrelay::relay {
+
+// Column names of an outbox table. Defaults match the documented schema:
+//   outbox(id bigint identity PK, event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+//          aggregate_type text, aggregate_id text NOT NULL, topic text,
+//          event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb,
+//          created_at timestamptz NOT NULL DEFAULT now())
+// An empty name means "this table has no such column" (only for optional columns:
+// aggregate_type, topic, headers, created_at).
+struct OutboxColumns {
+  std::string id = "id";
+  std::string event_id = "event_id";
+  std::string aggregate_type = "aggregate_type";
+  std::string aggregate_id = "aggregate_id";
+  std::string topic = "topic";
+  std::string event_type = "event_type";
+  std::string payload = "payload";
+  std::string headers = "headers";
+  std::string created_at = "created_at";
+};
+
+struct RelayConfig {
+  // --- source (PostgreSQL)
+  std::string source_dsn;         // libpq conninfo; password never logged
+  std::string source_password;    // from a file or PGPASSWORD; never logged
+  std::string slot = "walrelay";  // logical slot name
+  std::string publication = "walrelay_outbox";
+  bool create_slot = true;                              // create publication + slot when missing
+  std::vector<std::string> tables = {"public.outbox"};  // schema-qualified outbox tables
+  OutboxColumns columns;
+  // Table-less outbox: transactional pg_logical_emit_message(true, prefix, envelope).
+  std::string message_prefix = "walrelay.outbox";
+
+  // --- mapping
+  // Topic: the row's topic column when present and non-null, else this template;
+  // ${aggregate_type}, ${event_type}, ${table} are substituted.
+  std::string topic_template = "outbox.${aggregate_type}";
+
+  // --- Kafka
+  std::string bootstrap_servers;
+  bool embedded_kafka = false;  // start librdkafka's mock cluster in process
+  std::map<std::string, std::string> kafka_properties;  // any librdkafka property
+
+  // --- flow control and timing
+  int64_t max_in_flight_events = 100000;
+  int64_t max_in_flight_bytes = 64ll << 20;
+  std::chrono::milliseconds status_interval{1000};  // capped at wal_sender_timeout / 2
+  std::chrono::milliseconds shutdown_timeout{10000};
+  std::chrono::milliseconds reconnect_min{500};
+  std::chrono::milliseconds reconnect_max{30000};
+
+  // --- failure handling
+  std::string dead_letter_table = "walrelay_dead_letter";
+
+  // --- operations
+  std::string metrics_address;  // host:port for /metrics, /healthz; empty = off
+  std::string log_level = "info";
+
+  Status Validate() const;
+};
+
+}  // namespace walrelay::relay

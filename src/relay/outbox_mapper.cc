@@ -1,0 +1,246 @@
+#include "src/relay/outbox_mapper.h"
+
+#include <algorithm>
+
+namespace walrelay::relay {
+namespace {
+
+int FindColumn(const pgoutput::Relation& relation, const std::string& name) {
+  if (name.empty()) return -1;
+  for (size_t i = 0; i < relation.columns.size(); ++i) {
+    if (relation.columns[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Substitutes ${name} placeholders of `tmpl` into *out. Returns the name of a placeholder
+// whose value is empty (the topic would be wrong), or "" when all were set.
+std::string_view ExpandTemplate(std::string_view tmpl, std::string_view aggregate_type,
+                                std::string_view event_type, std::string_view table,
+                                std::string* out) {
+  std::string_view empty_placeholder;
+  out->clear();
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    if (tmpl[i] == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
+      size_t close = tmpl.find('}', i + 2);
+      if (close != std::string_view::npos) {
+        std::string_view name = tmpl.substr(i + 2, close - i - 2);
+        std::string_view value;
+        bool known = true;
+        if (name == "aggregate_type") {
+          value = aggregate_type;
+        } else if (name == "event_type") {
+          value = event_type;
+        } else if (name == "table") {
+          value = table;
+        } else {
+          known = false;
+          out->append(tmpl.substr(i, close - i + 1));
+        }
+        if (known && value.empty() && empty_placeholder.empty()) empty_placeholder = name;
+        out->append(value);
+        i = close + 1;
+        continue;
+      }
+    }
+    out->push_back(tmpl[i++]);
+  }
+  return empty_placeholder;
+}
+
+bool ValidTopicName(std::string_view t) {
+  if (t.empty() || t.size() > 249 || t == "." || t == "..") return false;
+  return std::all_of(t.begin(), t.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '.' || ch == '_' || ch == '-';
+  });
+}
+
+}  // namespace
+
+OutboxMapper::OutboxMapper(const RelayConfig& config) : config_(config) {}
+
+void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
+  Mapping m;
+  m.table.reserve(relation.namespace_name.size() + 1 + relation.relation_name.size());
+  m.table.append(relation.namespace_name).append(".").append(relation.relation_name);
+  m.is_outbox =
+      std::find(config_.tables.begin(), config_.tables.end(), m.table) != config_.tables.end();
+  const OutboxColumns& c = config_.columns;
+  m.event_id = FindColumn(relation, c.event_id);
+  m.aggregate_type = FindColumn(relation, c.aggregate_type);
+  m.aggregate_id = FindColumn(relation, c.aggregate_id);
+  m.topic = FindColumn(relation, c.topic);
+  m.event_type = FindColumn(relation, c.event_type);
+  m.payload = FindColumn(relation, c.payload);
+  m.headers = FindColumn(relation, c.headers);
+  for (auto [index, name] :
+       {std::pair{m.event_id, &c.event_id}, std::pair{m.aggregate_id, &c.aggregate_id},
+        std::pair{m.event_type, &c.event_type}, std::pair{m.payload, &c.payload}}) {
+    if (index < 0) {
+      m.missing = "table " + m.table + " has no column " + *name +
+                  " (see --outbox-column to map column names)";
+      break;
+    }
+  }
+  relations_[relation.relation_id] = std::move(m);
+}
+
+bool OutboxMapper::IsOutbox(pgoutput::Oid relation_id) const {
+  auto it = relations_.find(relation_id);
+  return it != relations_.end() && it->second.is_outbox;
+}
+
+std::string_view OutboxMapper::TableName(pgoutput::Oid relation_id) const {
+  auto it = relations_.find(relation_id);
+  return it == relations_.end() ? std::string_view() : std::string_view(it->second.table);
+}
+
+Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out) {
+  auto it = relations_.find(insert.relation_id);
+  if (it == relations_.end()) {
+    return InternalError("Insert for relation " + std::to_string(insert.relation_id) +
+                         " before its Relation message");
+  }
+  const Mapping& m = it->second;
+  if (!m.missing.empty()) return InvalidArgumentError(m.missing);
+  insert.new_tuple.FillColumns(&columns_);
+  owned_.clear();
+  out->extra_headers.clear();
+
+  // Returns the text of column `index`; kInvalidArgument when required and NULL.
+  auto text = [&](int index, const std::string& name, bool required,
+                  std::string_view* value) -> Status {
+    *value = {};
+    if (index < 0) return Status::Ok();
+    if (static_cast<size_t>(index) >= columns_.size()) {
+      return InvalidArgumentError("row of " + m.table + " has " + std::to_string(columns_.size()) +
+                                  " columns, expected column " + name + " at position " +
+                                  std::to_string(index + 1));
+    }
+    const pgoutput::ColumnValue& col = columns_[index];
+    if (col.kind == pgoutput::ColumnKind::kText) {
+      *value = col.data;
+      return Status::Ok();
+    }
+    if (col.kind == pgoutput::ColumnKind::kNull) {
+      if (required) return InvalidArgumentError("column " + name + " is NULL");
+      return Status::Ok();
+    }
+    return InvalidArgumentError("column " + name + " arrived " +
+                                (col.kind == pgoutput::ColumnKind::kBinary
+                                     ? "in binary format (do not set binary 'true')"
+                                     : "as unchanged TOAST, which an INSERT never sends"));
+  };
+  const OutboxColumns& c = config_.columns;
+  std::string_view topic_col, headers_col;
+  WALRELAY_RETURN_IF_ERROR(text(m.event_id, c.event_id, true, &out->event_id));
+  WALRELAY_RETURN_IF_ERROR(text(m.aggregate_id, c.aggregate_id, true, &out->key));
+  WALRELAY_RETURN_IF_ERROR(text(m.event_type, c.event_type, true, &out->event_type));
+  WALRELAY_RETURN_IF_ERROR(text(m.payload, c.payload, true, &out->value));
+  WALRELAY_RETURN_IF_ERROR(text(m.aggregate_type, c.aggregate_type, false, &out->aggregate_type));
+  WALRELAY_RETURN_IF_ERROR(text(m.topic, c.topic, false, &topic_col));
+  WALRELAY_RETURN_IF_ERROR(text(m.headers, c.headers, false, &headers_col));
+  if (!headers_col.empty()) {
+    simdjson::dom::element doc;
+    auto err = json_.parse(headers_col.data(), headers_col.size()).get(doc);
+    if (err) {
+      return InvalidArgumentError("column " + c.headers +
+                                  " is not valid JSON: " + simdjson::error_message(err));
+    }
+    WALRELAY_RETURN_IF_ERROR(AddHeaders(doc, out));
+  }
+  return FinishEvent(m.table, topic_col, out);
+}
+
+bool OutboxMapper::IsOutboxMessage(const pgoutput::LogicalMessage& message) const {
+  return !config_.message_prefix.empty() && message.prefix == config_.message_prefix;
+}
+
+Status OutboxMapper::MapMessage(const pgoutput::LogicalMessage& message, OutboxEvent* out) {
+  owned_.clear();
+  out->extra_headers.clear();
+  if (!message.transactional()) {
+    return InvalidArgumentError(
+        "non-transactional outbox message: use pg_logical_emit_message(true, ...) so the event "
+        "commits atomically with the business write");
+  }
+  simdjson::dom::element doc;
+  if (auto err = json_.parse(message.content.data(), message.content.size()).get(doc)) {
+    return InvalidArgumentError(std::string("envelope is not valid JSON: ") +
+                                simdjson::error_message(err));
+  }
+  if (!doc.is_object()) return InvalidArgumentError("envelope is not a JSON object");
+  auto field = [&](const char* name, bool required, std::string_view* value) -> Status {
+    *value = {};
+    simdjson::dom::element e;
+    if (doc[name].get(e) || e.is_null()) {
+      if (required) return InvalidArgumentError(std::string("envelope has no ") + name);
+      return Status::Ok();
+    }
+    if (!e.is_string()) {
+      return InvalidArgumentError(std::string("envelope field ") + name + " must be a string");
+    }
+    *value = e.get_string().value_unsafe();
+    return Status::Ok();
+  };
+  std::string_view topic;
+  WALRELAY_RETURN_IF_ERROR(field("event_id", true, &out->event_id));
+  WALRELAY_RETURN_IF_ERROR(field("aggregate_id", true, &out->key));
+  WALRELAY_RETURN_IF_ERROR(field("event_type", true, &out->event_type));
+  WALRELAY_RETURN_IF_ERROR(field("aggregate_type", false, &out->aggregate_type));
+  WALRELAY_RETURN_IF_ERROR(field("topic", false, &topic));
+  simdjson::dom::element payload;
+  if (doc["payload"].get(payload)) return InvalidArgumentError("envelope has no payload");
+  out->value = owned_.emplace_back(simdjson::minify(payload));
+  simdjson::dom::element headers;
+  if (!doc["headers"].get(headers) && !headers.is_null()) {
+    WALRELAY_RETURN_IF_ERROR(AddHeaders(headers, out));
+  }
+  return FinishEvent("", topic, out);
+}
+
+Status OutboxMapper::AddHeaders(simdjson::dom::element headers, OutboxEvent* out) {
+  simdjson::dom::object obj;
+  if (headers.get(obj)) return InvalidArgumentError("headers must be a JSON object");
+  for (auto [name, value] : obj) {
+    std::string_view v;
+    if (value.is_string()) {
+      v = value.get_string().value_unsafe();
+    } else if (value.is_null()) {
+      v = {};
+    } else if (value.is_number() || value.is_bool()) {
+      v = owned_.emplace_back(simdjson::minify(value));
+    } else {
+      return InvalidArgumentError("header " + std::string(name) +
+                                  " must be a string, number, boolean or null");
+    }
+    out->extra_headers.emplace_back(name, v);
+  }
+  return Status::Ok();
+}
+
+Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_column,
+                                 OutboxEvent* out) {
+  if (!topic_column.empty()) {
+    out->topic = topic_column;
+  } else {
+    std::string_view unset = ExpandTemplate(config_.topic_template, out->aggregate_type,
+                                            out->event_type, table, &topic_buffer_);
+    if (!unset.empty()) {
+      return InvalidArgumentError("no topic: the topic column is NULL and ${" + std::string(unset) +
+                                  "} of the topic template '" + config_.topic_template +
+                                  "' is empty");
+    }
+    out->topic = topic_buffer_;
+  }
+  if (!ValidTopicName(out->topic)) {
+    return InvalidArgumentError("invalid Kafka topic name '" + std::string(out->topic) +
+                                "' (1-249 characters of [a-zA-Z0-9._-])");
+  }
+  if (out->key.empty()) return InvalidArgumentError("aggregate_id is empty");
+  return Status::Ok();
+}
+
+}  // namespace walrelay::relay

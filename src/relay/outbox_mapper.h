@@ -1,0 +1,94 @@
+// OutboxMapper: turns an outbox row (pgoutput Insert) or a table-less outbox message
+// (transactional pg_logical_emit_message with the configured prefix) into a Kafka record.
+//
+//   topic   = the row's topic column when present and non-NULL, else the topic template
+//             with ${aggregate_type}, ${event_type}, ${table} substituted
+//   key     = aggregate_id (never NULL: a NULL or absent aggregate_id is unmappable)
+//   value   = payload exactly as PostgreSQL sent it (jsonb text form)
+//   headers = event_id, event_type, aggregate_type (when set), every string entry of the
+//             headers column (a JSON object), and the source position added by the relay.
+//
+// A row that cannot be mapped gives a kInvalidArgument Status whose message is the
+// dead-letter reason ("column aggregate_id is NULL", "table public.outbox has no column
+// payload", "envelope is not a JSON object: ..."). Nothing is ever skipped silently.
+//
+// Relation handling: OnRelation() is called for every Relation message (they are re-sent
+// after ALTER TABLE and on reconnect) and recomputes the column positions of that
+// relation; rows of relations that are not configured outbox tables are not events.
+//
+// LIFETIME: the string_views of an OutboxEvent point into the decoded row or message and
+// into the mapper's own buffers; valid until the next Map*() call or while the input is.
+// Thread safety: not thread-safe; one mapper per relay thread.
+#pragma once
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "decoder/pgoutput.h"
+#include "src/relay/config.h"
+
+namespace walrelay::relay {
+
+struct OutboxEvent {
+  std::string_view topic;
+  std::string_view key;    // aggregate_id
+  std::string_view value;  // payload
+  std::string_view event_id;
+  std::string_view event_type;
+  std::string_view aggregate_type;  // empty when absent
+  // Extra headers from the headers column / envelope: name/value pairs (views into the
+  // mapper's buffer).
+  std::vector<std::pair<std::string_view, std::string_view>> extra_headers;
+};
+
+class OutboxMapper {
+ public:
+  explicit OutboxMapper(const RelayConfig& config);
+
+  // Records the column positions of `relation` (replacing any earlier entry for its OID).
+  void OnRelation(const pgoutput::Relation& relation);
+
+  // True when `relation_id` is a configured outbox table (as of its last Relation).
+  bool IsOutbox(pgoutput::Oid relation_id) const;
+  // "schema.table" of a known relation, or "" when unknown.
+  std::string_view TableName(pgoutput::Oid relation_id) const;
+
+  // Maps an Insert into an outbox table. REQUIRES: IsOutbox(insert.relation_id).
+  // kInvalidArgument (the dead-letter reason) when the row cannot be mapped.
+  Status MapInsert(const pgoutput::Insert& insert, OutboxEvent* out);
+
+  // True when `message` is a table-less outbox event (configured prefix).
+  bool IsOutboxMessage(const pgoutput::LogicalMessage& message) const;
+  // Maps the JSON envelope {"event_id", "aggregate_type", "aggregate_id", "topic",
+  // "event_type", "payload", "headers"} of a table-less event. Non-transactional
+  // messages are unmappable (they are not atomic with the business write).
+  Status MapMessage(const pgoutput::LogicalMessage& message, OutboxEvent* out);
+
+ private:
+  struct Mapping {
+    std::string table;  // schema.table
+    bool is_outbox = false;
+    std::string missing;  // reason when a required column is absent, else empty
+    int event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
+        payload = -1, headers = -1;
+  };
+
+  Status FinishEvent(std::string_view table, std::string_view topic_column, OutboxEvent* out);
+  Status AddHeaders(simdjson::dom::element headers, OutboxEvent* out);
+
+  const RelayConfig& config_;
+  std::unordered_map<pgoutput::Oid, Mapping> relations_;
+  std::vector<pgoutput::ColumnValue> columns_;  // reused per row
+  std::string topic_buffer_;
+  std::deque<std::string> owned_;  // stable storage for converted header values / payloads
+  simdjson::dom::parser json_;     // views into its buffers live until the next parse
+};
+
+}  // namespace walrelay::relay

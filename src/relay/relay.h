@@ -1,0 +1,96 @@
+// Relay: the outbox pipeline. One thread streams the logical slot, decodes pgoutput, maps
+// outbox rows and messages to Kafka records, produces them with the idempotent producer,
+// turns delivery reports into the flush LSN (AckTracker) and sends it back to PostgreSQL.
+//
+//   slot (CopyBoth) ─► pgoutput::Decode ─► TransactionAssembler ─► OutboxMapper
+//        ▲                                                            │
+//        └── standby status (flush = AckTracker::FlushLsn) ◄── acks ◄─ kafka::Producer
+//
+// Progress tracking. Transactions arrive in commit order (streaming of in-progress
+// transactions is off, so a transaction's changes arrive together, after it committed).
+// Events are produced as they arrive; a transaction's Commit end_lsn becomes confirmable
+// when it and every earlier transaction are fully acked. While nothing is open or in
+// flight, the server's keepalive position is confirmed so an idle outbox never pins WAL.
+//
+// Failure handling is crash-only: any failure of a session (connection lost, malformed
+// bytes, delivery failure after retries, fatal producer error, dead-letter write failed)
+// tears the whole session down — producer purged, connections closed, tracker dropped —
+// and a new session starts from the slot's confirmed_flush_lsn after a capped, jittered
+// backoff. Replays may repeat a suffix of events (consumers dedup on the event id); they
+// never lose or reorder one. Errors that a retry cannot fix (malformed protocol bytes,
+// missing privileges, a bad configuration) end Run() with that error.
+//
+// Backpressure: while max_in_flight_events or max_in_flight_bytes are reached, the relay
+// stops reading the replication stream and only serves delivery reports and status
+// updates; memory does not grow with transaction size.
+//
+// Unmappable events (NULL aggregate_id, missing column, invalid envelope, a record larger
+// than Kafka accepts) are written to the dead-letter table with their reason and LSN and
+// then count as acked: never dropped silently, never blocking the stream.
+//
+// Thread safety: Run() on one thread; RequestStop() and stats() from any thread or a
+// signal handler (RequestStop only stores an atomic flag).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "src/relay/config.h"
+
+namespace walrelay::relay {
+
+// Counters exported as metrics. Monotonic unless noted; read with relaxed loads.
+struct RelayStats {
+  std::atomic<uint64_t> events_produced{0};       // handed to the producer
+  std::atomic<uint64_t> events_acked{0};          // delivery report OK
+  std::atomic<uint64_t> events_dead_lettered{0};  // written to the dead-letter table
+  std::atomic<uint64_t> transactions{0};          // Commit messages seen
+  std::atomic<uint64_t> skipped_updates{0};       // UPDATE on an outbox table (not published)
+  std::atomic<uint64_t> skipped_deletes{0};
+  std::atomic<uint64_t> skipped_truncates{0};
+  std::atomic<uint64_t> skipped_messages{0};      // logical messages with another prefix
+  std::atomic<uint64_t> bytes_received{0};        // pgoutput payload bytes
+  std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted
+  std::atomic<uint64_t> in_flight_events{0};      // gauge
+  std::atomic<uint64_t> in_flight_bytes{0};       // gauge
+  std::atomic<uint64_t> flush_lsn{0};             // gauge: last confirmed position
+  std::atomic<uint64_t> received_lsn{0};          // gauge: last position received
+  std::atomic<uint64_t> server_wal_end{0};        // gauge: server's WAL end (keepalive)
+  std::atomic<int> streaming{0};                  // gauge: 1 while a session streams
+};
+
+class Relay {
+ public:
+  explicit Relay(RelayConfig config);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Runs sessions until RequestStop() (then returns OK after a bounded drain and a final
+  // status update) or an error no retry can fix (returned).
+  Status Run();
+
+  // Asks Run() to stop: stop reading, wait up to shutdown_timeout for in-flight acks,
+  // confirm the last fully acked transaction, return. Async-signal-safe.
+  void RequestStop() { stop_.store(true, std::memory_order_relaxed); }
+
+  const RelayStats& stats() const { return stats_; }
+  const RelayConfig& config() const { return config_; }
+
+  // The bootstrap servers in use (the embedded cluster's when kafka.embedded is set).
+  // Valid once Run() has started the first session.
+  std::string bootstrap_servers() const;
+
+ private:
+  class Session;
+
+  RelayConfig config_;
+  RelayStats stats_;
+  std::atomic<bool> stop_{false};
+  struct Embedded;
+  std::unique_ptr<Embedded> embedded_;
+};
+
+}  // namespace walrelay::relay
