@@ -21,7 +21,9 @@ struct ProducerCallbacks {
   }
   // Runs on librdkafka's internal threads; spdlog's default logger is thread-safe.
   static void Log(const rd_kafka_t* /*rk*/, int level, const char* fac, const char* buf) {
-    auto spd = level <= 3   ? spdlog::level::err
+    // librdkafka logs connection failures at 3 (LOG_ERR); they are transient, so warn.
+    auto spd = level <= 2   ? spdlog::level::err
+               : level == 3 ? spdlog::level::warn
                : level == 4 ? spdlog::level::warn
                : level <= 6 ? spdlog::level::info
                             : spdlog::level::debug;
@@ -277,9 +279,12 @@ void Producer::HandleDelivery(const rd_kafka_message_t* message) {
 void Producer::HandleError(int err, const char* reason) {
   if (err == RD_KAFKA_RESP_ERR__FATAL) {
     spdlog::error("kafka producer fatal error reported: {}", reason);
+  } else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+    spdlog::warn("kafka producer: {}", reason);
   } else {
-    spdlog::warn("kafka producer: {}: {}", rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)),
-                 reason);
+    // Transient; librdkafka retries and its log callback has reported it already.
+    spdlog::debug("kafka producer: {}: {}",
+                  rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
   }
 }
 

@@ -1,1 +1,317 @@
+#include "src/kafka/producer.h"
+
 #include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "src/kafka/mock_cluster.h"
+#include "test_consumer.h"
+
+namespace walrelay::kafka {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Collects delivery reports by cookie.
+struct Reports {
+  std::map<uint64_t, std::vector<Status>> by_cookie;
+  size_t total = 0;
+
+  DeliveryCallback Callback() {
+    return [this](uint64_t cookie, const Status& st) {
+      by_cookie[cookie].push_back(st);
+      ++total;
+    };
+  }
+};
+
+class ProducerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = MockCluster::Create(3);
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    cluster_ = std::move(*cluster);
+  }
+
+  std::unique_ptr<Producer> MakeProducer(
+      std::vector<std::pair<std::string, std::string>> extra = {},
+      std::chrono::milliseconds queue_full_timeout = 10s) {
+    ProducerOptions options;
+    options.properties = {{"bootstrap.servers", cluster_->bootstraps()},
+                          {"reconnect.backoff.ms", "20"},
+                          {"reconnect.backoff.max.ms", "200"},
+                          {"retry.backoff.ms", "20"}};
+    for (auto& p : extra) options.properties.push_back(std::move(p));
+    options.queue_full_timeout = queue_full_timeout;
+    auto producer = Producer::Create(std::move(options), reports_.Callback());
+    EXPECT_TRUE(producer.ok()) << producer.status().ToString();
+    return producer.ok() ? std::move(*producer) : nullptr;
+  }
+
+  // Serves reports until `n` arrived in total or `timeout` passed.
+  bool PollUntil(Producer& p, size_t n, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (reports_.total < n && std::chrono::steady_clock::now() < deadline) p.Poll(50ms);
+    return reports_.total >= n;
+  }
+
+  std::unique_ptr<MockCluster> cluster_;
+  Reports reports_;
+};
+
+TEST_F(ProducerTest, ProducesWithKeysAndHeadersAndConsumesBackInKeyOrder) {
+  ASSERT_TRUE(cluster_->CreateTopic("outbox.events", 4, 3).ok());
+  auto producer = MakeProducer();
+  ASSERT_NE(producer, nullptr);
+
+  constexpr int kRecords = 300;
+  constexpr int kKeys = 7;
+  for (int i = 0; i < kRecords; ++i) {
+    std::string key = "aggregate-" + std::to_string(i % kKeys);
+    std::string value = key + "#" + std::to_string(i);
+    std::string event_id = "evt-" + std::to_string(i);
+    Header headers[] = {{"event_id", event_id}, {"event_type", "OrderPlaced"}};
+    ASSERT_TRUE(producer->Produce("outbox.events", key, value, headers, 1000 + i).ok());
+  }
+  ASSERT_TRUE(producer->Flush(10s).ok());
+  ASSERT_EQ(reports_.total, size_t{kRecords});
+  ASSERT_EQ(reports_.by_cookie.size(), size_t{kRecords});
+  for (int i = 0; i < kRecords; ++i) {
+    auto it = reports_.by_cookie.find(1000 + i);
+    ASSERT_NE(it, reports_.by_cookie.end()) << i;
+    ASSERT_EQ(it->second.size(), 1u) << "cookie " << i << " reported more than once";
+    EXPECT_TRUE(it->second[0].ok()) << it->second[0].ToString();
+  }
+  EXPECT_EQ(producer->OutQueueLength(), 0);
+
+  auto records = testing::ConsumeAll(cluster_->bootstraps(), "outbox.events", 4, kRecords, 10s);
+  ASSERT_EQ(records.size(), size_t{kRecords});
+  std::map<std::string, int> last_seq;
+  std::map<std::string, int32_t> partition_of;
+  for (const auto& r : records) {
+    const auto hash = r.value.find('#');
+    ASSERT_NE(hash, std::string::npos);
+    EXPECT_EQ(r.value.substr(0, hash), r.key);
+    const int seq = std::stoi(r.value.substr(hash + 1));
+    // Same key, same partition; within it, produce order.
+    auto [pit, inserted] = partition_of.emplace(r.key, r.partition);
+    EXPECT_EQ(pit->second, r.partition) << r.key;
+    auto [sit, first] = last_seq.emplace(r.key, seq);
+    if (!first) {
+      EXPECT_LT(sit->second, seq) << "out of order for " << r.key;
+      sit->second = seq;
+    }
+    ASSERT_EQ(r.headers.size(), 2u);
+    EXPECT_EQ(r.headers[0].first, "event_id");
+    EXPECT_EQ(r.headers[0].second, "evt-" + std::to_string(seq));
+    EXPECT_EQ(r.headers[1].first, "event_type");
+    EXPECT_EQ(r.headers[1].second, "OrderPlaced");
+  }
+  EXPECT_EQ(last_seq.size(), size_t{kKeys});
+}
+
+TEST_F(ProducerTest, EnforcedPropertiesCannotBeWeakened) {
+  const std::vector<std::pair<std::string, std::string>> bad[] = {
+      {{"acks", "1"}},
+      {{"enable.idempotence", "false"}},
+      {{"max.in.flight.requests.per.connection", "10"}},
+      {{"transactional.id", "x"}},
+      {{"no.such.property", "1"}},
+      {{"linger.ms", "not-a-number"}},
+  };
+  for (const auto& props : bad) {
+    ProducerOptions options;
+    options.properties = {{"bootstrap.servers", cluster_->bootstraps()}};
+    options.properties.insert(options.properties.end(), props.begin(), props.end());
+    auto p = Producer::Create(options, reports_.Callback());
+    ASSERT_FALSE(p.ok()) << props[0].first;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << p.status().ToString();
+  }
+  auto no_bootstrap = Producer::Create(ProducerOptions{}, reports_.Callback());
+  EXPECT_EQ(no_bootstrap.status().code(), StatusCode::kInvalidArgument);
+
+  ProducerOptions ok;
+  ok.properties = {{"bootstrap.servers", cluster_->bootstraps()},
+                   {"acks", "-1"},
+                   {"max.in.flight.requests.per.connection", "1"},
+                   {"message.timeout.ms", "5000"}};
+  EXPECT_TRUE(Producer::Create(ok, reports_.Callback()).ok());
+}
+
+TEST_F(ProducerTest, OversizedRecordIsInvalidArgumentWithSizeAndLimit) {
+  auto producer = MakeProducer({{"message.max.bytes", "10000"}});
+  ASSERT_NE(producer, nullptr);
+  EXPECT_EQ(producer->max_message_bytes(), 10000);
+  std::string big(20000, 'x');
+  Status st = producer->Produce("outbox.events", "k", big, {}, 1);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("20001 bytes"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("message.max.bytes=10000"), std::string::npos) << st.message();
+  // No report follows a rejected Produce; a normal record still goes through.
+  ASSERT_TRUE(producer->Produce("outbox.events", "k", "small", {}, 2).ok());
+  ASSERT_TRUE(producer->Flush(10s).ok());
+  EXPECT_EQ(reports_.by_cookie.count(1), 0u);
+  ASSERT_EQ(reports_.by_cookie[2].size(), 1u);
+  EXPECT_TRUE(reports_.by_cookie[2][0].ok()) << reports_.by_cookie[2][0].ToString();
+}
+
+TEST_F(ProducerTest, AllBrokersDownFailsEveryRecordWithUnavailableAfterTimeout) {
+  auto producer = MakeProducer({{"message.timeout.ms", "1500"}});
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(producer->Produce("outbox.events", "k", "warm-up", {}, 0).ok());
+  ASSERT_TRUE(producer->Flush(10s).ok());
+  ASSERT_TRUE(reports_.by_cookie[0][0].ok());
+
+  ASSERT_TRUE(cluster_->SetAllBrokersDown().ok());
+  constexpr int kRecords = 20;
+  for (int i = 1; i <= kRecords; ++i) {
+    ASSERT_TRUE(producer->Produce("outbox.events", "k" + std::to_string(i), "v", {}, i).ok());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(PollUntil(*producer, kRecords + 1, 15s)) << reports_.total;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1s);
+  for (int i = 1; i <= kRecords; ++i) {
+    ASSERT_EQ(reports_.by_cookie[i].size(), 1u) << i;
+    EXPECT_EQ(reports_.by_cookie[i][0].code(), StatusCode::kUnavailable)
+        << reports_.by_cookie[i][0].ToString();
+  }
+  EXPECT_TRUE(producer->fatal().ok()) << producer->fatal().ToString();
+
+  // After the brokers return, the same producer delivers again (librdkafka bumps the
+  // idempotent epoch after timeouts); the relay would restart anyway.
+  ASSERT_TRUE(cluster_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(producer->Produce("outbox.events", "k", "after", {}, 999).ok());
+  ASSERT_TRUE(PollUntil(*producer, kRecords + 2, 20s));
+  ASSERT_EQ(reports_.by_cookie[999].size(), 1u);
+  EXPECT_TRUE(reports_.by_cookie[999][0].ok()) << reports_.by_cookie[999][0].ToString();
+}
+
+TEST_F(ProducerTest, RecordsWaitWhileBrokersDownAndAllArriveAfterUp) {
+  ASSERT_TRUE(cluster_->CreateTopic("outbox.events", 3, 3).ok());
+  auto producer = MakeProducer({{"message.timeout.ms", "60000"}});
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(producer->Produce("outbox.events", "k", "warm-up", {}, 0).ok());
+  ASSERT_TRUE(producer->Flush(10s).ok());
+
+  ASSERT_TRUE(cluster_->SetAllBrokersDown().ok());
+  constexpr int kRecords = 50;
+  for (int i = 1; i <= kRecords; ++i) {
+    std::string key = "agg-" + std::to_string(i % 5);
+    ASSERT_TRUE(producer->Produce("outbox.events", key, key + "#" + std::to_string(i), {}, i).ok());
+  }
+  const auto until = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < until) producer->Poll(50ms);
+  EXPECT_EQ(reports_.total, 1u) << "no report while the brokers are down";
+  EXPECT_GE(producer->OutQueueLength(), kRecords);
+
+  ASSERT_TRUE(cluster_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(PollUntil(*producer, kRecords + 1, 30s)) << reports_.total;
+  for (int i = 1; i <= kRecords; ++i) {
+    ASSERT_EQ(reports_.by_cookie[i].size(), 1u) << i;
+    EXPECT_TRUE(reports_.by_cookie[i][0].ok()) << reports_.by_cookie[i][0].ToString();
+  }
+  // Everything once, per-key order kept across the outage.
+  auto records = testing::ConsumeAll(cluster_->bootstraps(), "outbox.events", 3, kRecords + 1, 10s);
+  ASSERT_EQ(records.size(), size_t{kRecords + 1});
+  std::map<std::string, int> last;
+  for (const auto& r : records) {
+    if (r.value == "warm-up") continue;
+    const int seq = std::stoi(r.value.substr(r.value.find('#') + 1));
+    auto [it, first] = last.emplace(r.key, seq);
+    if (!first) {
+      EXPECT_LT(it->second, seq) << r.key;
+      it->second = seq;
+    }
+  }
+}
+
+TEST_F(ProducerTest, FullQueueIsWaitedOutNotFailed) {
+  auto producer = MakeProducer({{"queue.buffering.max.messages", "8"}});
+  ASSERT_NE(producer, nullptr);
+  constexpr int kRecords = 400;
+  for (int i = 0; i < kRecords; ++i) {
+    Status st = producer->Produce("outbox.events", "k" + std::to_string(i % 3), "v", {}, i);
+    ASSERT_TRUE(st.ok()) << i << ": " << st.ToString();
+  }
+  ASSERT_TRUE(producer->Flush(10s).ok());
+  EXPECT_EQ(reports_.by_cookie.size(), size_t{kRecords});
+  for (const auto& [cookie, sts] : reports_.by_cookie) {
+    ASSERT_EQ(sts.size(), 1u) << cookie;
+    EXPECT_TRUE(sts[0].ok()) << sts[0].ToString();
+  }
+}
+
+TEST_F(ProducerTest, FullQueueWhileBrokersDownGivesResourceExhausted) {
+  auto producer = MakeProducer({{"queue.buffering.max.messages", "8"}}, 300ms);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(cluster_->SetAllBrokersDown().ok());
+  Status st;
+  int accepted = 0;
+  for (; accepted < 100; ++accepted) {
+    st = producer->Produce("outbox.events", "k", "v", {}, accepted);
+    if (!st.ok()) break;
+  }
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_EQ(accepted, 8);
+  producer->Purge();
+  // Every accepted record has exactly one report: cancelled.
+  EXPECT_EQ(reports_.total, size_t(accepted));
+  for (const auto& [cookie, sts] : reports_.by_cookie) {
+    ASSERT_EQ(sts.size(), 1u);
+    EXPECT_EQ(sts[0].code(), StatusCode::kCancelled) << sts[0].ToString();
+  }
+}
+
+TEST_F(ProducerTest, FatalErrorPurgesAndStops) {
+  auto producer = MakeProducer();
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(cluster_->SetAllBrokersDown().ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(producer->Produce("t", "k", "v", {}, i).ok());
+  ASSERT_EQ(rd_kafka_test_fatal_error(
+                producer->handle(), RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, "test-induced"),
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+  PollUntil(*producer, 5, 10s);
+  ASSERT_FALSE(producer->fatal().ok());
+  EXPECT_EQ(producer->fatal().code(), StatusCode::kInternal);
+  EXPECT_NE(producer->fatal().message().find("OUT_OF_ORDER_SEQUENCE_NUMBER"), std::string::npos)
+      << producer->fatal().message();
+  // No report lost: each queued record failed once (purged or fatal).
+  ASSERT_EQ(reports_.total, 5u);
+  for (const auto& [cookie, sts] : reports_.by_cookie) {
+    ASSERT_EQ(sts.size(), 1u);
+    EXPECT_FALSE(sts[0].ok());
+  }
+  Status st = producer->Produce("t", "k", "v", {}, 100);
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
+}
+
+TEST_F(ProducerTest, UnknownTopicIsAutoCreatedByTheMock) {
+  auto producer = MakeProducer();
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(producer->Produce("auto.created", "k", "v", {}, 7).ok());
+  ASSERT_TRUE(producer->Flush(10s).ok());
+  ASSERT_EQ(reports_.by_cookie[7].size(), 1u);
+  EXPECT_TRUE(reports_.by_cookie[7][0].ok()) << reports_.by_cookie[7][0].ToString();
+}
+
+TEST(StatusCodeForKafkaErrorTest, Mapping) {
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR_NO_ERROR), StatusCode::kOk);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR__TRANSPORT), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR__FATAL), StatusCode::kInternal);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART),
+            StatusCode::kNotFound);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR__PURGE_QUEUE), StatusCode::kCancelled);
+  EXPECT_EQ(StatusCodeForKafkaError(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED),
+            StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace walrelay::kafka
