@@ -1,0 +1,136 @@
+#include "slot/pg_error.h"
+
+#include <algorithm>
+#include <string>
+
+namespace walrelay::slot {
+namespace {
+
+std::string Trim(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+bool Contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+std::string Join(std::string_view context, std::string_view message, std::string_view fix) {
+  std::string m(context);
+  if (!m.empty()) m += ": ";
+  m += Trim(message);
+  if (!fix.empty()) {
+    m += "; ";
+    m += fix;
+  }
+  return m;
+}
+
+std::string ReplicationFix(std::string_view role) {
+  std::string r = role.empty() ? std::string("<role>") : std::string(role);
+  return "role " + r + " needs the REPLICATION attribute: run ALTER ROLE " + r +
+         " REPLICATION as a superuser (or connect as a role that has it)";
+}
+
+}  // namespace
+
+Status MapPgError(std::string_view sqlstate, std::string_view server_message, std::string_view role,
+                  std::string_view context) {
+  const std::string_view cls = sqlstate.substr(0, std::min<size_t>(2, sqlstate.size()));
+  if (sqlstate == "55006") {
+    return FailedPreconditionError(
+        Join(context, server_message,
+             Contains(server_message, "replication slot")
+                 ? "another walrelay (or client) is reading it; stop it or use another slot"
+                 : "the object is in use by another session; stop that session first"));
+  }
+  if (sqlstate == "42501") {
+    const bool replication =
+        Contains(server_message, "replication") || Contains(server_message, "REPLICATION") ||
+        Contains(server_message, "WAL sender") || Contains(server_message, "walsender");
+    return PermissionDeniedError(
+        Join(context, server_message,
+             replication ? ReplicationFix(role)
+                         : "grant role " + std::string(role) + " the privilege named above"));
+  }
+  if (sqlstate == "42704") {
+    return NotFoundError(Join(context, server_message, "create it first or check the name"));
+  }
+  if (sqlstate == "42710") {
+    return AlreadyExistsError(Join(context, server_message, ""));
+  }
+  if (sqlstate == "55000" && Contains(server_message, "wal_level")) {
+    return FailedPreconditionError(
+        Join(context, server_message,
+             "set wal_level = logical (postgresql.conf or ALTER SYSTEM SET wal_level = logical) "
+             "and restart the PostgreSQL server"));
+  }
+  if (sqlstate == "53400") {
+    return ResourceExhaustedError(
+        Join(context, server_message,
+             "raise max_replication_slots / max_wal_senders or drop unused slots"));
+  }
+  if (sqlstate.empty() || cls == "08" || cls == "57" || cls == "53" || cls == "40" || cls == "58" ||
+      cls == "XX") {
+    return UnavailableError(Join(context, server_message, "retry"));
+  }
+  if (cls == "42" || cls == "22") {
+    return InvalidArgumentError(Join(context, server_message, ""));
+  }
+  return FailedPreconditionError(
+      Join(context, std::string(server_message) + " (SQLSTATE " + std::string(sqlstate) + ")", ""));
+}
+
+Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view context) {
+  const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+  std::string message;
+  if (res != nullptr) {
+    const char* primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    message = primary ? primary : PQresultErrorMessage(res);
+  }
+  if (message.empty() && conn != nullptr) message = PQerrorMessage(conn);
+  if (message.empty()) message = "unknown error";
+  const char* user = conn ? PQuser(conn) : nullptr;
+  return MapPgError(state ? state : "", message, user ? user : "", context);
+}
+
+Status StatusFromConnectFailure(PGconn* conn, std::string_view context) {
+  const std::string message = conn ? Trim(PQerrorMessage(conn)) : "out of memory";
+  const char* user_c = conn ? PQuser(conn) : nullptr;
+  const std::string user = user_c ? user_c : "";
+  if (Contains(message, "replication role") || Contains(message, "start WAL sender") ||
+      Contains(message, "start walsender")) {
+    return PermissionDeniedError(Join(context, message, ReplicationFix(user)));
+  }
+  if (Contains(message, "no pg_hba.conf entry")) {
+    return FailedPreconditionError(
+        Join(context, message,
+             "add a pg_hba.conf line allowing this role, database and host (replication=database "
+             "connections match on the database name) and reload the server"));
+  }
+  if (Contains(message, "authentication failed")) {
+    return PermissionDeniedError(Join(context, message, "check the user name and password"));
+  }
+  if (Contains(message, "does not exist") && !Contains(message, "No such file")) {
+    return NotFoundError(Join(context, message, "check the user and database names"));
+  }
+  if (Contains(message, "exceeds max_wal_senders")) {
+    return ResourceExhaustedError(
+        Join(context, message, "raise max_wal_senders or stop other replication clients"));
+  }
+  return UnavailableError(Join(context, message, "retry when the server is reachable"));
+}
+
+Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+                            std::string_view context) {
+  const std::string ci(conninfo);
+  const char* keys[] = {"dbname", "replication", "fallback_application_name", nullptr};
+  const char* values[] = {ci.c_str(), replication, "walrelay", nullptr};
+  PgConnPtr conn(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+  if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
+    return StatusFromConnectFailure(conn.get(), context);
+  }
+  return conn;
+}
+
+}  // namespace walrelay::slot

@@ -1,0 +1,53 @@
+// Where libpq errors enter walrelay: SQLSTATEs and connection failures mapped onto
+// Status codes that tell the caller what to do, with a message naming the fix.
+//
+//   55006 object in use (slot active elsewhere)    kFailedPrecondition
+//   42501 insufficient privilege                   kPermissionDenied (+ ALTER ROLE ... REPLICATION)
+//   42704 undefined object (slot, publication)     kNotFound
+//   42710 duplicate object                         kAlreadyExists
+//   55000 with "wal_level" in the message          kFailedPrecondition (+ set wal_level=logical)
+//   53400 configuration limit (slots, senders)     kResourceExhausted
+//   08xxx, 57Pxx, 53xxx, 40xxx, 58xxx, XXxxx, none kUnavailable (retry)
+//   42xxx, 22xxx (other)                           kInvalidArgument
+//   anything else                                  kFailedPrecondition
+//
+// Thread safety: functions are reentrant; a PGconn must not be used by two threads.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <memory>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace walrelay::slot {
+
+struct PgConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+struct PgResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgConnPtr = std::unique_ptr<PGconn, PgConnDeleter>;
+using PgResultPtr = std::unique_ptr<PGresult, PgResultDeleter>;
+
+// Maps a server error. `sqlstate` may be empty (client-side failure: connection lost).
+// `role` names the role for the privilege fix. `context` says what was being done
+// ("START_REPLICATION SLOT s"); the message is "<context>: <server message>; <what to do>".
+Status MapPgError(std::string_view sqlstate, std::string_view server_message, std::string_view role,
+                  std::string_view context);
+
+// Maps a failed PGresult (or null result) of `conn`.
+Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view context);
+
+// Maps a failed PQconnectdb*: the server's rejections by their (English) text,
+// everything else kUnavailable.
+Status StatusFromConnectFailure(PGconn* conn, std::string_view context);
+
+// Connects with `conninfo` (keyword/value or URI) and `replication` forced to the given
+// value ("database" or "false"); application_name defaults to "walrelay".
+Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+                            std::string_view context);
+
+}  // namespace walrelay::slot

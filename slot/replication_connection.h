@@ -1,0 +1,151 @@
+// ReplicationConnection: one libpq connection in walsender mode (replication=database)
+// that creates logical slots and streams a slot's changes (PostgreSQL docs, "Streaming
+// Replication Protocol"; the pattern of src/bin/pg_basebackup/pg_recvlogical.c).
+//
+// Life cycle:
+//   Connect → [IdentifySystem | CreateLogicalSlot | DropSlot | WalSenderTimeout]*
+//           → StartLogical → (Read | SendStatus)* → Close
+// Commands before StartLogical block; after it the connection is in CopyBoth and
+// non-blocking: Read waits at most its timeout and SendStatus never blocks (pending
+// bytes are flushed by later Read calls).
+//
+// Progress and timing are the caller's job: answer a keepalive with reply_requested at
+// once, and send a status at least every StatusInterval(WalSenderTimeout()) (wire.h),
+// else the server drops the connection after wal_sender_timeout. Report as flushed
+// only what is durable downstream: the server may recycle WAL up to that point, and a
+// restart resumes from max(requested LSN, confirmed_flush_lsn).
+//
+// A slot is read by one connection at a time: StartLogical on a slot that another
+// connection streams fails with kFailedPrecondition (SQLSTATE 55006).
+//
+// Thread safety: none; one thread drives a connection. The object owns its PGconn.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/lsn.h"
+#include "base/status.h"
+#include "slot/pg_error.h"
+#include "slot/wire.h"
+
+namespace walrelay::slot {
+
+// Result of IDENTIFY_SYSTEM.
+struct SystemIdentity {
+  std::string system_id;  // decimal text, as the server prints it
+  uint32_t timeline = 0;
+  Lsn xlog_pos;        // current WAL flush position
+  std::string dbname;  // the connection's database (walsender mode = database)
+};
+
+// Result of CREATE_REPLICATION_SLOT ... LOGICAL.
+struct CreatedSlot {
+  std::string slot_name;
+  // Changes of transactions committing after this point are streamed from the slot.
+  Lsn consistent_point;
+  // Exported snapshot (SET TRANSACTION SNAPSHOT '...') when asked for; valid only until
+  // the next command on this connection or its close. Empty otherwise.
+  std::string snapshot_name;
+  std::string output_plugin;
+};
+
+// One step of the stream from Read().
+struct Frame {
+  enum class Kind {
+    kTimeout,      // nothing arrived within the timeout
+    kXLogData,     // `xlog` holds one chunk of the plugin's output
+    kKeepalive,    // `keepalive` holds the server's WAL end and reply flag
+    kEndOfStream,  // the server ended COPY (after Close, or the server is shutting down)
+  };
+  Kind kind = Kind::kTimeout;
+  // When kind == kXLogData. xlog.data points into libpq's buffer: valid until the next
+  // Read() or Close() (or the connection's destruction). Copy what must live longer.
+  XLogData xlog;
+  // When kind == kKeepalive.
+  PrimaryKeepalive keepalive;
+};
+
+class ReplicationConnection {
+ public:
+  // Opens a walsender connection. `conninfo` is any libpq keyword/value string or URI
+  // (unix socket or TCP); replication=database is forced, application_name defaults to
+  // "walrelay". Errors: kUnavailable (server unreachable: retry), kPermissionDenied (the
+  // role lacks REPLICATION; the message names the ALTER ROLE fix), kFailedPrecondition
+  // (pg_hba.conf), kNotFound (role or database missing).
+  static Result<std::unique_ptr<ReplicationConnection>> Connect(std::string_view conninfo);
+
+  ~ReplicationConnection();
+  ReplicationConnection(const ReplicationConnection&) = delete;
+  ReplicationConnection& operator=(const ReplicationConnection&) = delete;
+
+  // REQUIRES: not streaming (before StartLogical) for the commands below.
+  Result<SystemIdentity> IdentifySystem();
+
+  // CREATE_REPLICATION_SLOT name [TEMPORARY] LOGICAL plugin [NO]EXPORT_SNAPSHOT.
+  // A temporary slot is dropped when this connection closes. Slot names: 1..63 of
+  // [a-z0-9_] (PostgreSQL's rule), else kInvalidArgument. kAlreadyExists if it exists;
+  // kFailedPrecondition if wal_level is not logical.
+  Result<CreatedSlot> CreateLogicalSlot(std::string_view slot_name, std::string_view plugin,
+                                        bool temporary, bool export_snapshot = false);
+
+  // DROP_REPLICATION_SLOT name [WAIT]. kNotFound if missing; kFailedPrecondition if
+  // active and !wait.
+  Status DropSlot(std::string_view slot_name, bool wait = false);
+
+  // SHOW wal_sender_timeout (0 = disabled).
+  Result<std::chrono::milliseconds> WalSenderTimeout();
+
+  // START_REPLICATION SLOT slot LOGICAL start (options...), e.g.
+  // {{"proto_version", "1"}, {"publication_names", "p"}, {"messages", "true"}}.
+  // Option names: [a-z0-9_]+; values are sent as quoted literals. The server starts at
+  // max(start, confirmed_flush_lsn). Errors: kNotFound (no such slot),
+  // kFailedPrecondition (slot active for another PID: the message names it),
+  // kInvalidArgument / kFailedPrecondition for options the plugin rejects.
+  Status StartLogical(std::string_view slot_name, Lsn start,
+                      const std::vector<std::pair<std::string, std::string>>& options);
+
+  // Waits up to `timeout` (0 = poll once) for the next CopyData. Invalidates the
+  // previous Frame's xlog.data. Errors: kUnavailable (connection lost: restart from the
+  // slot), kDataLoss (malformed framing), or the server's error mapped (pg_error.h).
+  // REQUIRES: streaming().
+  Result<Frame> Read(std::chrono::milliseconds timeout);
+
+  // Queues a standby status update ('r') with client time = now and flushes what the
+  // socket takes without blocking. kUnavailable if the connection is broken.
+  // REQUIRES: streaming().
+  Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested = false);
+
+  // Ends COPY (CopyDone), drains the server's remaining output and closes the
+  // connection. Idempotent. After Close, only the destructor may be called.
+  Status Close();
+
+  bool streaming() const { return streaming_; }
+  // The server process serving this connection (pg_replication_slots.active_pid).
+  int backend_pid() const;
+  // The socket, for callers that multiplex it in their own poll loop (-1 when closed).
+  int socket() const;
+  // The connection's role.
+  std::string user() const;
+
+ private:
+  explicit ReplicationConnection(PgConnPtr conn) : conn_(std::move(conn)) {}
+  Result<PgResultPtr> Command(const std::string& command, ExecStatusType expected);
+  void FreeCopyBuffer();
+
+  PgConnPtr conn_;
+  char* copy_buf_ = nullptr;  // libpq-allocated; backs the last Frame's xlog.data
+  bool streaming_ = false;
+  std::string slot_;  // slot being streamed, for messages
+};
+
+// Validates a replication slot name: 1..63 characters of [a-z0-9_].
+Status ValidateSlotName(std::string_view name);
+
+}  // namespace walrelay::slot

@@ -1,0 +1,322 @@
+// Integration tests of ReplicationConnection against a throwaway PostgreSQL (TestCluster).
+// Payloads are checked only by their pgoutput message type byte; decoding is decoder/'s.
+#include "slot/replication_connection.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/support/pg_cluster.h"
+
+namespace walrelay::slot {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::TestCluster;
+
+const std::vector<std::pair<std::string, std::string>> kPgoutputOptions = {
+    {"proto_version", "1"}, {"publication_names", "p"}, {"messages", "true"}};
+
+// end_lsn of a pgoutput Commit: 'C' flags:int8 commit_lsn:int64 end_lsn:int64 ts:int64.
+Lsn CommitEndLsn(std::string_view payload) {
+  uint64_t v = 0;
+  for (size_t i = 10; i < 18 && i < payload.size(); ++i) {
+    v = (v << 8) | static_cast<uint8_t>(payload[i]);
+  }
+  return Lsn(v);
+}
+
+// Reads until a pgoutput Commit arrives; returns the type bytes seen and the last Commit.
+struct Txn {
+  std::string types;  // e.g. "BRIIC"
+  Lsn end_lsn;
+};
+Result<Txn> ReadTransaction(ReplicationConnection& conn,
+                            milliseconds budget = milliseconds(15000)) {
+  Txn txn;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  while (std::chrono::steady_clock::now() < deadline) {
+    WALRELAY_ASSIGN_OR_RETURN(Frame f, conn.Read(milliseconds(200)));
+    if (f.kind == Frame::Kind::kKeepalive && f.keepalive.reply_requested) {
+      WALRELAY_RETURN_IF_ERROR(conn.SendStatus(Lsn(), Lsn(), Lsn()));
+    }
+    if (f.kind == Frame::Kind::kEndOfStream) return UnavailableError("end of stream");
+    if (f.kind != Frame::Kind::kXLogData) continue;
+    if (f.xlog.data.empty()) return DataLossError("empty XLogData");
+    txn.types += f.xlog.data[0];
+    if (f.xlog.data[0] == 'C') {
+      if (f.xlog.data.size() != 26) return DataLossError("Commit of unexpected size");
+      txn.end_lsn = CommitEndLsn(f.xlog.data);
+      return txn;
+    }
+  }
+  return DeadlineExceededError("no Commit within the budget; saw '" + txn.types + "'");
+}
+
+class ReplicationConnectionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto c = TestCluster::Start();
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(c).value().release();
+    ASSERT_TRUE(cluster_
+                    ->Exec("CREATE TABLE t (id int PRIMARY KEY, v text);"
+                           "CREATE PUBLICATION p FOR TABLE t;"
+                           "CREATE ROLE norepl LOGIN;")
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  std::unique_ptr<ReplicationConnection> MustConnect() {
+    auto conn = ReplicationConnection::Connect(cluster_->replication_conninfo());
+    EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+    return conn.ok() ? std::move(conn).value() : nullptr;
+  }
+
+  Result<Lsn> ConfirmedFlush(const std::string& slot) {
+    WALRELAY_ASSIGN_OR_RETURN(
+        std::string text,
+        cluster_->QueryScalar("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                              "WHERE slot_name = '" +
+                              slot + "'"));
+    auto lsn = Lsn::Parse(text);
+    if (!lsn) return InternalError("bad lsn " + text);
+    return *lsn;
+  }
+
+  static TestCluster* cluster_;
+};
+TestCluster* ReplicationConnectionTest::cluster_ = nullptr;
+
+TEST_F(ReplicationConnectionTest, IdentifySystemOverSocketAndTcp) {
+  // replication=database is forced even when the conninfo lacks it.
+  for (const std::string& ci : {cluster_->conninfo(), cluster_->tcp_conninfo()}) {
+    auto conn = ReplicationConnection::Connect(ci);
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    auto id = (*conn)->IdentifySystem();
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_EQ(id->dbname, "postgres");
+    EXPECT_EQ(id->timeline, 1u);
+    EXPECT_TRUE(id->xlog_pos.valid());
+    EXPECT_FALSE(id->system_id.empty());
+    EXPECT_EQ((*conn)->user(), "walrelay");
+    EXPECT_TRUE((*conn)->Close().ok());
+    EXPECT_TRUE((*conn)->Close().ok());  // idempotent
+  }
+}
+
+TEST_F(ReplicationConnectionTest, StreamsATransactionAndConfirmsItsEnd) {
+  auto conn = MustConnect();
+  ASSERT_NE(conn, nullptr);
+  auto slot = conn->CreateLogicalSlot("stream_slot", "pgoutput", /*temporary=*/false);
+  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
+  EXPECT_EQ(slot->slot_name, "stream_slot");
+  EXPECT_EQ(slot->output_plugin, "pgoutput");
+  EXPECT_TRUE(slot->consistent_point.valid());
+  EXPECT_TRUE(slot->snapshot_name.empty());
+
+  ASSERT_TRUE(cluster_
+                  ->Exec("BEGIN; INSERT INTO t VALUES (1, 'a'); INSERT INTO t VALUES (2, 'b');"
+                         "COMMIT;")
+                  .ok());
+  ASSERT_TRUE(conn->StartLogical("stream_slot", Lsn(), kPgoutputOptions).ok());
+  EXPECT_TRUE(conn->streaming());
+  auto txn = ReadTransaction(*conn);
+  ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+  EXPECT_EQ(txn->types, "BRIIC");
+  ASSERT_TRUE(txn->end_lsn.valid());
+  ASSERT_GT(txn->end_lsn, slot->consistent_point);
+
+  auto before = ConfirmedFlush("stream_slot");
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_LT(*before, txn->end_lsn);
+
+  ASSERT_TRUE(conn->SendStatus(txn->end_lsn, txn->end_lsn, txn->end_lsn).ok());
+  Lsn confirmed;
+  for (int i = 0; i < 100; ++i) {
+    auto f = conn->Read(milliseconds(50));  // keeps the socket serviced
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    auto c = ConfirmedFlush("stream_slot");
+    ASSERT_TRUE(c.ok());
+    confirmed = *c;
+    if (confirmed >= txn->end_lsn) break;
+  }
+  EXPECT_EQ(confirmed, txn->end_lsn);
+  EXPECT_TRUE(conn->Close().ok());
+
+  // Reconnecting from 0/0 resumes after the confirmed transaction: only the new row.
+  ASSERT_TRUE(cluster_->Exec("INSERT INTO t VALUES (3, 'c')").ok());
+  auto again = MustConnect();
+  ASSERT_NE(again, nullptr);
+  ASSERT_TRUE(again->StartLogical("stream_slot", Lsn(), kPgoutputOptions).ok());
+  auto next = ReadTransaction(*again);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->types, "BRIC");  // Relation is re-sent on a new connection
+  EXPECT_GT(next->end_lsn, txn->end_lsn);
+  EXPECT_TRUE(again->Close().ok());
+  EXPECT_TRUE(MustConnect()->DropSlot("stream_slot").ok());
+}
+
+TEST_F(ReplicationConnectionTest, LogicalMessagesArrive) {
+  auto conn = MustConnect();
+  ASSERT_NE(conn, nullptr);
+  ASSERT_TRUE(conn->CreateLogicalSlot("msg_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE(
+      cluster_->Exec("BEGIN; SELECT pg_logical_emit_message(true, 'outbox', 'hi'); COMMIT;").ok());
+  ASSERT_TRUE(conn->StartLogical("msg_slot", Lsn(), kPgoutputOptions).ok());
+  auto txn = ReadTransaction(*conn);
+  ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+  EXPECT_EQ(txn->types, "BMC");
+}
+
+TEST_F(ReplicationConnectionTest, SecondReaderOfAnActiveSlotIsFailedPrecondition) {
+  auto first = MustConnect();
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->CreateLogicalSlot("busy_slot", "pgoutput", /*temporary=*/false).ok());
+  ASSERT_TRUE(first->StartLogical("busy_slot", Lsn(), kPgoutputOptions).ok());
+  ASSERT_TRUE(first->Read(milliseconds(100)).ok());
+
+  auto second = MustConnect();
+  ASSERT_NE(second, nullptr);
+  Status st = second->StartLogical("busy_slot", Lsn(), kPgoutputOptions);
+  ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("is active for PID " + std::to_string(first->backend_pid())),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("another walrelay (or client) is reading it"), std::string::npos);
+  EXPECT_FALSE(second->streaming());
+
+  // Once the first reader is gone, the second may take over (the fence opens).
+  ASSERT_TRUE(first->Close().ok());
+  Status took_over;
+  for (int i = 0; i < 50; ++i) {
+    auto retry = MustConnect();
+    took_over = retry->StartLogical("busy_slot", Lsn(), kPgoutputOptions);
+    if (took_over.ok()) {
+      EXPECT_TRUE(retry->Close().ok());
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(took_over.ok()) << took_over.ToString();
+  EXPECT_TRUE(MustConnect()->DropSlot("busy_slot", /*wait=*/true).ok());
+}
+
+TEST_F(ReplicationConnectionTest, MissingSlotIsNotFound) {
+  auto conn = MustConnect();
+  ASSERT_NE(conn, nullptr);
+  Status st = conn->StartLogical("no_such_slot", Lsn(), kPgoutputOptions);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  EXPECT_NE(st.message().find("no_such_slot"), std::string::npos);
+  EXPECT_EQ(MustConnect()->DropSlot("no_such_slot").code(), StatusCode::kNotFound);
+}
+
+TEST_F(ReplicationConnectionTest, ExistingSlotIsAlreadyExists) {
+  auto conn = MustConnect();
+  ASSERT_TRUE(conn->CreateLogicalSlot("dup_slot", "pgoutput", /*temporary=*/true).ok());
+  auto other = MustConnect();
+  auto dup = other->CreateLogicalSlot("dup_slot", "pgoutput", /*temporary=*/true);
+  EXPECT_EQ(dup.status().code(), StatusCode::kAlreadyExists) << dup.status().ToString();
+}
+
+TEST_F(ReplicationConnectionTest, ExportedSnapshotHasAName) {
+  auto conn = MustConnect();
+  auto slot = conn->CreateLogicalSlot("snap_slot", "pgoutput", /*temporary=*/true,
+                                      /*export_snapshot=*/true);
+  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
+  EXPECT_FALSE(slot->snapshot_name.empty());
+}
+
+TEST_F(ReplicationConnectionTest, RoleWithoutReplicationIsPermissionDenied) {
+  auto conn = ReplicationConnection::Connect(cluster_->conninfo_for_user("norepl"));
+  ASSERT_FALSE(conn.ok());
+  EXPECT_EQ(conn.status().code(), StatusCode::kPermissionDenied) << conn.status().ToString();
+  EXPECT_NE(conn.status().message().find("ALTER ROLE norepl REPLICATION"), std::string::npos)
+      << conn.status().message();
+}
+
+TEST_F(ReplicationConnectionTest, BadNamesAreInvalidArgument) {
+  auto conn = MustConnect();
+  EXPECT_EQ(conn->CreateLogicalSlot("Bad-Name", "pgoutput", true).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->CreateLogicalSlot("ok", "pg output", true).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->StartLogical("ok", Lsn(), {{"bad name", "x"}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->Read(milliseconds(0)).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(conn->SendStatus(Lsn(), Lsn(), Lsn()).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ReplicationConnectionTest, UnreachableServerIsUnavailable) {
+  auto conn = ReplicationConnection::Connect(
+      "host=127.0.0.1 port=1 user=walrelay dbname=postgres "
+      "connect_timeout=2");
+  ASSERT_FALSE(conn.ok());
+  EXPECT_EQ(conn.status().code(), StatusCode::kUnavailable) << conn.status().ToString();
+}
+
+TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForAReply) {
+  auto cluster = TestCluster::Start({.settings = {"wal_sender_timeout=2s"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  ASSERT_TRUE((*cluster)
+                  ->Exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR "
+                         "TABLE t")
+                  .ok());
+  auto conn = ReplicationConnection::Connect((*cluster)->replication_conninfo());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto timeout = (*conn)->WalSenderTimeout();
+  ASSERT_TRUE(timeout.ok()) << timeout.status().ToString();
+  EXPECT_EQ(*timeout, milliseconds(2000));
+  EXPECT_EQ(StatusInterval(*timeout), milliseconds(1000));
+  ASSERT_TRUE((*conn)->CreateLogicalSlot("idle_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE((*conn)->StartLogical("idle_slot", Lsn(), kPgoutputOptions).ok());
+
+  // Send nothing: the server must ask for a reply before the timeout.
+  bool asked = false;
+  Lsn server_end;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!asked && std::chrono::steady_clock::now() < deadline) {
+    auto f = (*conn)->Read(milliseconds(500));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    if (f->kind == Frame::Kind::kKeepalive) {
+      server_end = f->keepalive.wal_end;
+      asked = f->keepalive.reply_requested;
+    }
+  }
+  ASSERT_TRUE(asked);
+  EXPECT_TRUE(server_end.valid());
+
+  // Answering keepalives (confirming the idle position) keeps the stream alive past the
+  // timeout, and an idle slot's confirmed position follows the server.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE((*conn)->SendStatus(server_end, server_end, server_end).ok());
+    auto f = (*conn)->Read(StatusInterval(*timeout));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_NE(f->kind, Frame::Kind::kEndOfStream);
+    if (f->kind == Frame::Kind::kKeepalive) server_end = f->keepalive.wal_end;
+  }
+  auto confirmed = (*cluster)->QueryScalar(
+      "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'idle_slot'");
+  ASSERT_TRUE(confirmed.ok()) << confirmed.status().ToString();
+  EXPECT_EQ(Lsn::Parse(*confirmed).value_or(Lsn()), server_end);
+  EXPECT_TRUE((*conn)->Close().ok());
+}
+
+TEST(ReplicationConnectionWalLevelTest, WalLevelReplicaIsFailedPrecondition) {
+  auto cluster = TestCluster::Start({.settings = {"wal_level=replica"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto conn = ReplicationConnection::Connect((*cluster)->replication_conninfo());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto slot = (*conn)->CreateLogicalSlot("s", "pgoutput", /*temporary=*/true);
+  ASSERT_FALSE(slot.ok());
+  EXPECT_EQ(slot.status().code(), StatusCode::kFailedPrecondition) << slot.status().ToString();
+  EXPECT_NE(slot.status().message().find("wal_level = logical"), std::string::npos)
+      << slot.status().message();
+}
+
+}  // namespace
+}  // namespace walrelay::slot
