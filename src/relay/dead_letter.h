@@ -1,0 +1,64 @@
+// DeadLetterWriter: the table in the source database that receives every event walrelay
+// cannot publish (unmappable row, invalid envelope, record over Kafka's size limit), with
+// the reason and the source position. Writing it is synchronous: an event counts as
+// handled only once its dead-letter row is committed, so nothing vanishes.
+//
+// Replays after a restart write the same rows again; (slot, commit_lsn, ordinal) is
+// unique and the insert is ON CONFLICT DO NOTHING, so each event has one row.
+//
+// Table (created when missing):
+//   id bigint identity PK, dead_at timestamptz, slot text, source text, commit_lsn pg_lsn,
+//   ordinal int (position of the event in its transaction), xid bigint, event_id text,
+//   aggregate_id text, event_type text, topic text, reason text, payload text,
+//   UNIQUE (slot, commit_lsn, ordinal)
+//
+// Thread safety: not thread-safe; one per relay session.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/lsn.h"
+#include "base/status.h"
+
+typedef struct pg_conn PGconn;
+
+namespace walrelay::relay {
+
+struct DeadLetter {
+  std::string_view source;  // "schema.table" or "message:<prefix>"
+  Lsn commit_lsn;           // the transaction's commit LSN (final_lsn of its Begin)
+  uint32_t ordinal = 0;     // event position within the transaction, from 0
+  uint32_t xid = 0;
+  std::string_view event_id, aggregate_id, event_type, topic, payload;
+  std::string_view reason;
+};
+
+class DeadLetterWriter {
+ public:
+  // Connects (normal connection) and creates the table when missing. `table` may be
+  // schema-qualified.
+  static Result<std::unique_ptr<DeadLetterWriter>> Open(const std::string& conninfo,
+                                                        const std::string& table,
+                                                        const std::string& slot);
+  ~DeadLetterWriter();
+  DeadLetterWriter(const DeadLetterWriter&) = delete;
+  DeadLetterWriter& operator=(const DeadLetterWriter&) = delete;
+
+  // Inserts and commits one row (idempotent per slot/commit_lsn/ordinal).
+  // kUnavailable when the database cannot be reached (the session restarts).
+  Status Write(const DeadLetter& letter);
+
+ private:
+  DeadLetterWriter(PGconn* conn, std::string insert_sql, std::string slot);
+  PGconn* conn_;
+  std::string insert_sql_;
+  std::string slot_;
+};
+
+// Quotes a possibly schema-qualified identifier ("a.b" -> "a"."b").
+std::string QuoteQualifiedIdentifier(std::string_view name);
+
+}  // namespace walrelay::relay

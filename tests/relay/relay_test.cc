@@ -1,0 +1,244 @@
+// End-to-end relay tests: a throwaway PostgreSQL 15, librdkafka's mock cluster in process,
+// the Relay on its own thread, and a plain Kafka consumer reading what arrived.
+#include "src/relay/relay.h"
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "src/kafka/mock_cluster.h"
+#include "src/relay/schema.h"
+#include "tests/kafka/test_consumer.h"
+#include "tests/support/pg_cluster.h"
+
+namespace walrelay::relay {
+namespace {
+
+using namespace std::chrono_literals;
+using kafka::testing::ConsumedRecord;
+using kafka::testing::ConsumeAll;
+
+std::string HeaderOf(const ConsumedRecord& r, std::string_view name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+class RelayTest : public ::testing::Test {
+ protected:
+  static constexpr int kPartitions = 4;
+
+  void SetUp() override {
+    auto pg = testing::TestCluster::Start();
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    pg_ = std::move(*pg);
+    ASSERT_TRUE(pg_->Exec(OutboxTableDdl("public.outbox")).ok());
+    auto kc = kafka::MockCluster::Create(3);
+    ASSERT_TRUE(kc.ok()) << kc.status().ToString();
+    kafka_ = std::move(*kc);
+    ASSERT_TRUE(kafka_->CreateTopic("outbox.payment", kPartitions, 3).ok());
+    config_.source_dsn = pg_->conninfo();
+    config_.bootstrap_servers = kafka_->bootstraps();
+    config_.status_interval = 100ms;
+    config_.reconnect_min = 50ms;
+    config_.reconnect_max = 500ms;
+    config_.kafka_properties["message.timeout.ms"] = "20000";
+  }
+
+  void TearDown() override { StopRelay(); }
+
+  void StartRelay() {
+    relay_ = std::make_unique<Relay>(config_);
+    thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  }
+
+  void StopRelay() {
+    if (!relay_) return;
+    relay_->RequestStop();
+    thread_.join();
+    relay_.reset();
+  }
+
+  Lsn ConfirmedFlush() {
+    auto v = pg_->QueryScalar(
+        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'");
+    if (!v.ok()) return Lsn();
+    return Lsn::Parse(*v).value_or(Lsn());
+  }
+
+  // Waits until the slot's confirmed_flush_lsn reaches the server's current WAL insert
+  // position as of the call.
+  bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
+    auto cur = pg_->QueryScalar("SELECT pg_current_wal_lsn()");
+    if (!cur.ok()) return false;
+    Lsn target = *Lsn::Parse(*cur);
+    for (auto until = std::chrono::steady_clock::now() + timeout;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(50ms)) {
+      if (ConfirmedFlush() >= target) return true;
+    }
+    return false;
+  }
+
+  std::unique_ptr<testing::TestCluster> pg_;
+  std::unique_ptr<kafka::MockCluster> kafka_;
+  RelayConfig config_;
+  std::unique_ptr<Relay> relay_;
+  std::thread thread_;
+  Status run_status_;
+};
+
+TEST_F(RelayTest, ConcurrentWritersEveryCommittedEventOnceOrMoreInOrder) {
+  StartRelay();
+  constexpr int kWriters = 4;
+  // Per writer: 500 single-row, 200 ten-row and 10 thousand-row transactions = 12,500.
+  struct Shape {
+    int txs, rows;
+  };
+  const std::vector<Shape> shapes = {{500, 1}, {200, 10}, {10, 1000}};
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      PGconn* c = PQconnectdb(pg_->conninfo().c_str());
+      auto exec = [&](const std::string& sql) {
+        PGresult* r = PQexec(c, sql.c_str());
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+          ADD_FAILURE() << PQresultErrorMessage(r);
+          failures++;
+        }
+        PQclear(r);
+      };
+      int seq = 0;
+      for (const Shape& s : shapes) {
+        for (int t = 0; t < s.txs; ++t) {
+          // Each writer owns 8 aggregates; the row's seq orders them within the writer.
+          std::string sql = "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, "
+                            "event_type, payload) SELECT 'payment', 'w" +
+                            std::to_string(w) + "-' || ((" + std::to_string(seq) +
+                            " + g) % 8), 'PaymentCaptured', jsonb_build_object('writer', " +
+                            std::to_string(w) + ", 'seq', " + std::to_string(seq) +
+                            " + g) FROM generate_series(0, " + std::to_string(s.rows - 1) +
+                            ") g;";
+          if (t % 50 == 7) {
+            // A savepoint rolled back inside a committed transaction: its rows never exist.
+            sql += "SAVEPOINT s; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
+                   "payload) VALUES ('payment', 'ghost', 'Ghost', '{\"rolled_back\":true}'); "
+                   "ROLLBACK TO SAVEPOINT s;";
+          }
+          sql += "COMMIT;";
+          exec(sql);
+          seq += s.rows;
+          if (t % 40 == 3) {
+            exec("BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                 "VALUES ('payment', 'ghost', 'Ghost', '{\"rolled_back\":true}'); ROLLBACK;");
+          }
+        }
+      }
+      PQfinish(c);
+    });
+  }
+  for (auto& t : writers) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  const size_t expected = kWriters * 12500;
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << "confirmed_flush_lsn did not catch up";
+
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, expected, 60s);
+  std::set<std::string> ids;
+  std::map<std::string, int> last_seq;  // per aggregate, after dropping duplicates
+  std::map<std::string, int> partition_of;
+  for (const auto& r : records) {
+    ASSERT_NE(r.key, "ghost") << "a rolled-back event was published";
+    const std::string id = HeaderOf(r, "event_id");
+    ASSERT_FALSE(id.empty());
+    ASSERT_EQ(HeaderOf(r, "event_type"), "PaymentCaptured");
+    auto [it, fresh] = partition_of.emplace(r.key, r.partition);
+    EXPECT_EQ(it->second, r.partition) << "aggregate " << r.key << " on two partitions";
+    if (!ids.insert(id).second) continue;  // duplicate: allowed, skipped
+    const auto seq_pos = r.value.find("\"seq\": ");
+    ASSERT_NE(seq_pos, std::string::npos) << r.value;
+    const int seq = std::stoi(r.value.substr(seq_pos + 7));
+    auto [ls, first] = last_seq.emplace(r.key, seq);
+    if (!first) {
+      EXPECT_LT(ls->second, seq) << "aggregate " << r.key << " out of commit order";
+      ls->second = seq;
+    }
+  }
+  EXPECT_EQ(ids.size(), expected);
+  auto count = pg_->QueryScalar("SELECT count(*) FROM outbox");
+  ASSERT_TRUE(count.ok());
+  EXPECT_EQ(*count, std::to_string(expected));
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+}
+
+TEST_F(RelayTest, IdleOutboxDoesNotPinWal) {
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE busy (id int, filler text)").ok());
+  // ~20 MB of WAL in a table outside the publication.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(pg_->Exec("INSERT INTO busy SELECT g, repeat('x', 1000) FROM "
+                          "generate_series(1, 2000) g")
+                    .ok());
+  }
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s))
+      << "an idle outbox pinned WAL: confirmed_flush_lsn stayed behind";
+}
+
+TEST_F(RelayTest, UnmappableRowsAreDeadLetteredAndTheStreamGoesOn) {
+  ASSERT_TRUE(pg_->Exec("ALTER TABLE outbox ALTER COLUMN aggregate_id DROP NOT NULL").ok());
+  config_.kafka_properties["message.max.bytes"] = "100000";
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'a1', 'Ok', '{\"n\":1}'),"
+                        " ('payment', NULL, 'NullKey', '{\"n\":2}'),"
+                        " ('payment', 'a1', 'TooBig', jsonb_build_object('blob', "
+                        "repeat('z', 200000))),"
+                        " ('payment', 'a1', 'Ok', '{\"n\":3}')")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, 2, 20s);
+  ASSERT_EQ(records.size(), 2u);
+  auto rows = pg_->Query(
+      "SELECT event_type, reason, commit_lsn::text, ordinal FROM walrelay_dead_letter "
+      "ORDER BY ordinal");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(*(*rows)[0][0], "NullKey");
+  EXPECT_NE((*rows)[0][1]->find("aggregate_id is NULL"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(*(*rows)[0][3], "1");
+  EXPECT_EQ(*(*rows)[1][0], "TooBig");
+  EXPECT_NE((*rows)[1][1]->find("too large"), std::string::npos) << *(*rows)[1][1];
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 2u);
+}
+
+TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'a', 'Before', '{}')")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'a' || (g % 5), 'During', '{}' FROM "
+                        "generate_series(1, 500) g")
+                  .ok());
+  auto after_insert = pg_->QueryScalar("SELECT pg_current_wal_lsn()");
+  ASSERT_TRUE(after_insert.ok());
+  // Nothing can be acked: the slot must stay before the unacked transaction's commit.
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_LT(ConfirmedFlush(), *Lsn::Parse(*after_insert));
+  }
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s));
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, 501, 30s);
+  std::set<std::string> ids;
+  for (const auto& r : records) ids.insert(HeaderOf(r, "event_id"));
+  EXPECT_EQ(ids.size(), 501u);
+}
+
+}  // namespace
+}  // namespace walrelay::relay
