@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tests/decoder/wire_builder.h"
 
@@ -25,6 +26,36 @@ TEST(CorpusWriter, WriteSeedCorpus) {
     ASSERT_TRUE(out) << dir;
     out.write(s.bytes.data(), static_cast<std::streamsize>(s.bytes.size()));
   }
+  // Sequences for the fuzzer's second mode: a version byte, then [Int16 length][message].
+  namespace wire = testing::wire;
+  auto sequence = [&](const std::string& name, uint8_t version_byte,
+                      const std::vector<std::string>& msgs) {
+    testing::WireBuilder b;
+    b.Int8(version_byte);
+    for (const std::string& m : msgs) b.Int16(static_cast<uint16_t>(m.size())).Bytes(m);
+    std::ofstream out(std::string(dir) + "/" + name + ".bin", std::ios::binary);
+    out.write(b.str().data(), static_cast<std::streamsize>(b.str().size()));
+  };
+  const std::vector<testing::RelCol> cols = {{1, "id", 23, -1}, {0, "payload", 3802, -1}};
+  sequence("seq_txn_v1", 0,
+           {wire::Begin(0x100, 5, 10), wire::Origin(0x50, "o"),
+            wire::Relation({}, 16384, "public", "outbox", 'd', cols),
+            wire::Insert({}, 16384, {testing::Text("1"), testing::Text("{}")}),
+            wire::Update({}, 16384, 'K', {testing::Text("1"), testing::Null()},
+                         {testing::Text("1"), testing::Toast()}),
+            wire::Delete({}, 16384, 'K', {testing::Text("1"), testing::Null()}),
+            wire::Commit(0x100, 0x140, 5)});
+  sequence("seq_stream_v4", 3 | 4,
+           {wire::StreamStart(11, 1), wire::Relation(11, 16384, "public", "outbox", 'd', cols),
+            wire::Insert(11, 16384, {testing::Text("2"), testing::Null()}), wire::StreamStop(),
+            wire::StreamStart(11, 0), wire::Message(11, 1, 0x180, "p", "x"), wire::StreamStop(),
+            wire::StreamAbort(11, 12, std::make_pair(uint64_t{0x190}, int64_t{1})),
+            wire::StreamCommit(11, 0x200, 0x240, 6)});
+  sequence("seq_two_phase_v3", 2,
+           {wire::BeginPrepare(0x300, 0x340, 7, 20, "g"),
+            wire::Insert({}, 16384, {testing::Text("3"), testing::Null()}),
+            wire::PrepareLike('P', 0x300, 0x340, 7, 20, "g"),
+            wire::CommitPrepared(0x400, 0x440, 8, 20, "g")});
 }
 
 }  // namespace
