@@ -7,12 +7,15 @@
 //     request with 4 partitions and replication factor min(3, N); the auto-create
 //     partition count is fixed (no API to change it in 2.0.2); CreateTopics (Admin API)
 //     is not supported;
-//   - produce (idempotent too), fetch, list offsets and classic consumer groups
-//     (FindCoordinator/JoinGroup/SyncGroup/Heartbeat/OffsetCommit/OffsetFetch) work;
-//   - broker down closes its connections and refuses new ones; partition leadership does
-//     not move, so records for partitions led by a down broker wait until it is up again
-//     (or message.timeout.ms expires on the producer side);
-//   - no size limit of its own on produced records, no retention.
+//   - produce (idempotent too; pushed Produce errors are retried without duplicates),
+//     fetch, list offsets and classic consumer groups (FindCoordinator/JoinGroup/SyncGroup/
+//     Heartbeat/OffsetCommit/OffsetFetch) work. A new group member's join waits until the
+//     previous member's session has timed out, so keep session.timeout.ms short in tests;
+//   - broker down closes its connections and refuses new ones (connection refused);
+//     partition leadership does not move, so with all brokers down records wait until
+//     they are up again, or fail with _MSG_TIMED_OUT after message.timeout.ms;
+//   - in-memory only: no persistence, no retention; size limits are the client's
+//     (message.max.bytes is enforced by the producer before sending).
 //
 // Thread safety: all methods may be called from any thread (librdkafka serialises the
 // mock's control operations through its op queue).
