@@ -1,0 +1,96 @@
+// SlotAdmin: SQL over a normal (non-replication) connection for what the relay checks and
+// manages around its slot: the publication, pg_replication_slots (position, activity,
+// WAL retention), the server settings that matter, and the role's privilege.
+//
+// Errors follow pg_error.h: kUnavailable (connection lost: retry), kNotFound,
+// kFailedPrecondition (operator must act), kPermissionDenied.
+// Thread safety: none; one thread per SlotAdmin. The object owns its PGconn.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/lsn.h"
+#include "base/status.h"
+#include "slot/pg_error.h"
+
+namespace walrelay::slot {
+
+// One row of pg_replication_slots plus the server's current WAL position, read in the
+// same statement.
+struct SlotInfo {
+  std::string slot_name;
+  std::string plugin;     // empty for physical slots
+  std::string slot_type;  // "logical" or "physical"
+  std::string database;   // empty for physical slots
+  bool temporary = false;
+  bool active = false;
+  std::optional<int> active_pid;
+  std::optional<Lsn> restart_lsn;          // oldest WAL the slot holds
+  std::optional<Lsn> confirmed_flush_lsn;  // logical slots: what the reader confirmed
+  // "reserved", "extended", "unreserved" or "lost"; empty when NULL.
+  std::string wal_status;
+  // Bytes that can still be written before the slot is in danger of losing WAL; nullopt
+  // when max_slot_wal_keep_size = -1 (unlimited) or the slot has no restart_lsn.
+  std::optional<int64_t> safe_wal_size;
+  Lsn current_wal_lsn;  // pg_current_wal_lsn()
+
+  // current_wal_lsn - confirmed_flush_lsn (0 if ahead); nullopt without a confirmed LSN.
+  std::optional<uint64_t> confirmed_lag_bytes() const;
+  // current_wal_lsn - restart_lsn: WAL the slot keeps on the server's disk.
+  std::optional<uint64_t> retained_wal_bytes() const;
+};
+
+struct ServerSettings {
+  std::string wal_level;
+  int64_t max_slot_wal_keep_size_bytes = -1;  // -1 = unlimited
+  int max_replication_slots = 0;
+  int max_wal_senders = 0;
+  std::chrono::milliseconds wal_sender_timeout{0};  // 0 = disabled
+  int server_version_num = 0;                       // e.g. 150004
+};
+
+class SlotAdmin {
+ public:
+  // `conninfo`: any libpq keyword/value string or URI; replication is forced off.
+  static Result<std::unique_ptr<SlotAdmin>> Connect(std::string_view conninfo);
+
+  // Makes sure publication `name` publishes every table in `tables` ("table" resolved by
+  // search_path, or "schema.table"; unquoted names fold to lower case as in SQL).
+  // Creates it (FOR TABLE ...) if missing. If it exists and misses a table it is NOT
+  // altered: kFailedPrecondition naming the ALTER PUBLICATION to run. A FOR ALL TABLES
+  // publication covers everything. kNotFound for a missing table.
+  Status EnsurePublication(std::string_view name, const std::vector<std::string>& tables);
+
+  // The slot's row; kNotFound if there is no such slot.
+  Result<SlotInfo> GetSlot(std::string_view slot_name);
+  // Every slot of the cluster (all databases, logical and physical), by name.
+  Result<std::vector<SlotInfo>> ListSlots();
+  // pg_drop_replication_slot. kNotFound if missing, kFailedPrecondition if active.
+  Status DropSlot(std::string_view slot_name);
+
+  Result<ServerSettings> GetServerSettings();
+  // Whether the connected role may open replication connections (REPLICATION or superuser).
+  Result<bool> HasReplicationPrivilege();
+  Result<Lsn> CurrentWalLsn();
+
+  std::string user() const;
+
+ private:
+  explicit SlotAdmin(PgConnPtr conn) : conn_(std::move(conn)) {}
+  Result<PgResultPtr> Query(std::string_view what, const std::string& sql,
+                            const std::vector<std::string>& params = {});
+  Result<std::vector<SlotInfo>> SelectSlots(const std::string& where,
+                                            const std::vector<std::string>& params);
+  Status EnsurePublicationOnce(std::string_view name, const std::vector<std::string>& tables,
+                               bool retry_on_race);
+
+  PgConnPtr conn_;
+};
+
+}  // namespace walrelay::slot

@@ -1,0 +1,209 @@
+// Integration tests of SlotAdmin against a throwaway PostgreSQL (TestCluster).
+#include "slot/slot_admin.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "slot/replication_connection.h"
+#include "tests/support/pg_cluster.h"
+
+namespace walrelay::slot {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::TestCluster;
+
+class SlotAdminTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto c = TestCluster::Start();
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(c).value().release();
+    ASSERT_TRUE(cluster_
+                    ->Exec("CREATE TABLE outbox (id bigint PRIMARY KEY);"
+                           "CREATE SCHEMA app; CREATE TABLE app.events (id int PRIMARY KEY);"
+                           "CREATE TABLE other (id int PRIMARY KEY);"
+                           "CREATE ROLE norepl LOGIN;")
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    auto a = SlotAdmin::Connect(cluster_->conninfo());
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    admin_ = std::move(a).value();
+  }
+
+  static TestCluster* cluster_;
+  std::unique_ptr<SlotAdmin> admin_;
+};
+TestCluster* SlotAdminTest::cluster_ = nullptr;
+
+TEST_F(SlotAdminTest, EnsurePublicationCreatesThenAccepts) {
+  ASSERT_TRUE(admin_->EnsurePublication("pub_a", {"outbox", "app.events"}).ok());
+  auto n =
+      cluster_->QueryScalar("SELECT count(*) FROM pg_publication_tables WHERE pubname = 'pub_a'");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, "2");
+  // Idempotent, and a subset is covered too.
+  EXPECT_TRUE(admin_->EnsurePublication("pub_a", {"outbox", "app.events"}).ok());
+  EXPECT_TRUE(admin_->EnsurePublication("pub_a", {"public.outbox"}).ok());
+}
+
+TEST_F(SlotAdminTest, EnsurePublicationDoesNotAlterAnExistingOne) {
+  ASSERT_TRUE(cluster_->Exec("CREATE PUBLICATION pub_b FOR TABLE other").ok());
+  Status st = admin_->EnsurePublication("pub_b", {"other", "outbox"});
+  ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("ALTER PUBLICATION pub_b ADD TABLE public.outbox"), std::string::npos)
+      << st.message();
+  auto n =
+      cluster_->QueryScalar("SELECT count(*) FROM pg_publication_tables WHERE pubname = 'pub_b'");
+  EXPECT_EQ(*n, "1");
+}
+
+TEST_F(SlotAdminTest, EnsurePublicationAllTablesAndMissingTable) {
+  ASSERT_TRUE(cluster_->Exec("CREATE PUBLICATION pub_all FOR ALL TABLES").ok());
+  EXPECT_TRUE(admin_->EnsurePublication("pub_all", {"outbox", "other"}).ok());
+  Status st = admin_->EnsurePublication("pub_c", {"no_such_table"});
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  EXPECT_EQ(admin_->EnsurePublication("pub_c", {}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(SlotAdminTest, GetSlotFollowsActivityAndPosition) {
+  auto repl = ReplicationConnection::Connect(cluster_->replication_conninfo());
+  ASSERT_TRUE(repl.ok()) << repl.status().ToString();
+  auto created = (*repl)->CreateLogicalSlot("admin_slot", "pgoutput", /*temporary=*/false);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+
+  auto info = admin_->GetSlot("admin_slot");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->slot_name, "admin_slot");
+  EXPECT_EQ(info->plugin, "pgoutput");
+  EXPECT_EQ(info->slot_type, "logical");
+  EXPECT_EQ(info->database, "postgres");
+  EXPECT_FALSE(info->temporary);
+  EXPECT_FALSE(info->active);
+  EXPECT_FALSE(info->active_pid.has_value());
+  ASSERT_TRUE(info->confirmed_flush_lsn.has_value());
+  EXPECT_EQ(*info->confirmed_flush_lsn, created->consistent_point);
+  ASSERT_TRUE(info->restart_lsn.has_value());
+  EXPECT_EQ(info->wal_status, "reserved");
+  EXPECT_FALSE(info->safe_wal_size.has_value());  // max_slot_wal_keep_size = -1
+  EXPECT_GE(info->current_wal_lsn, *info->confirmed_flush_lsn);
+
+  ASSERT_TRUE(cluster_->Exec("INSERT INTO other SELECT generate_series(1, 1000)").ok());
+  auto later = admin_->GetSlot("admin_slot");
+  ASSERT_TRUE(later.ok());
+  EXPECT_GT(later->current_wal_lsn, info->current_wal_lsn);
+  ASSERT_TRUE(later->confirmed_lag_bytes().has_value());
+  EXPECT_GT(*later->confirmed_lag_bytes(), 0u);
+  EXPECT_GE(*later->retained_wal_bytes(), *later->confirmed_lag_bytes());
+
+  ASSERT_TRUE((*repl)
+                  ->StartLogical("admin_slot", Lsn(),
+                                 {{"proto_version", "1"}, {"publication_names", "pub_all"}})
+                  .ok());
+  ASSERT_TRUE((*repl)->Read(milliseconds(100)).ok());
+  auto active = admin_->GetSlot("admin_slot");
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->active);
+  EXPECT_EQ(active->active_pid, (*repl)->backend_pid());
+
+  Status busy = admin_->DropSlot("admin_slot");
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition) << busy.ToString();
+  EXPECT_NE(busy.message().find("another walrelay"), std::string::npos) << busy.message();
+
+  ASSERT_TRUE((*repl)->Close().ok());
+  Status dropped;
+  for (int i = 0; i < 50; ++i) {  // the walsender exits asynchronously
+    dropped = admin_->DropSlot("admin_slot");
+    if (dropped.ok()) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(dropped.ok()) << dropped.ToString();
+  EXPECT_EQ(admin_->GetSlot("admin_slot").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(admin_->DropSlot("admin_slot").code(), StatusCode::kNotFound);
+}
+
+TEST_F(SlotAdminTest, SafeWalSizeWithMaxSlotWalKeepSize) {
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('keep_slot', 'pgoutput')").ok());
+  ASSERT_TRUE(cluster_->Exec("ALTER SYSTEM SET max_slot_wal_keep_size = '64MB'").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_reload_conf()").ok());
+  std::optional<int64_t> safe;
+  for (int i = 0; i < 50 && !safe; ++i) {
+    auto info = admin_->GetSlot("keep_slot");
+    ASSERT_TRUE(info.ok());
+    safe = info->safe_wal_size;
+    if (!safe) std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_TRUE(safe.has_value());
+  EXPECT_GT(*safe, 0);
+  EXPECT_LT(*safe, 2 * 64LL * 1024 * 1024);  // counted to WAL segment boundaries
+  auto settings = admin_->GetServerSettings();
+  ASSERT_TRUE(settings.ok());
+  EXPECT_EQ(settings->max_slot_wal_keep_size_bytes, 64LL * 1024 * 1024);
+  ASSERT_TRUE(cluster_->Exec("ALTER SYSTEM RESET max_slot_wal_keep_size").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_reload_conf()").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('keep_slot')").ok());
+}
+
+TEST_F(SlotAdminTest, ListSlotsSeesEverySlot) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("SELECT pg_create_logical_replication_slot('list_a', 'pgoutput');"
+                         "SELECT pg_create_physical_replication_slot('list_b', true)")
+                  .ok());
+  auto slots = admin_->ListSlots();
+  ASSERT_TRUE(slots.ok()) << slots.status().ToString();
+  bool a = false, b = false;
+  for (const auto& s : *slots) {
+    if (s.slot_name == "list_a") a = s.slot_type == "logical";
+    if (s.slot_name == "list_b") {
+      b = s.slot_type == "physical" && s.plugin.empty() && !s.confirmed_flush_lsn;
+    }
+  }
+  EXPECT_TRUE(a);
+  EXPECT_TRUE(b);
+  EXPECT_TRUE(admin_->DropSlot("list_a").ok());
+  EXPECT_TRUE(admin_->DropSlot("list_b").ok());
+}
+
+TEST_F(SlotAdminTest, ServerSettingsAndPrivilege) {
+  auto s = admin_->GetServerSettings();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->wal_level, "logical");
+  EXPECT_EQ(s->max_replication_slots, 20);
+  EXPECT_EQ(s->max_wal_senders, 20);
+  EXPECT_EQ(s->wal_sender_timeout, milliseconds(60000));
+  EXPECT_GE(s->server_version_num, 150000);
+  EXPECT_EQ(s->max_slot_wal_keep_size_bytes, -1);
+
+  auto mine = admin_->HasReplicationPrivilege();
+  ASSERT_TRUE(mine.ok());
+  EXPECT_TRUE(*mine);
+  auto other = SlotAdmin::Connect(cluster_->conninfo_for_user("norepl"));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ((*other)->user(), "norepl");
+  auto theirs = (*other)->HasReplicationPrivilege();
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_FALSE(*theirs);
+  auto lsn = admin_->CurrentWalLsn();
+  ASSERT_TRUE(lsn.ok());
+  EXPECT_TRUE(lsn->valid());
+}
+
+TEST_F(SlotAdminTest, LostServerIsUnavailable) {
+  auto c = TestCluster::Start();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto admin = SlotAdmin::Connect((*c)->conninfo());
+  ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE((*c)->Stop(TestCluster::StopMode::kImmediate).ok());
+  EXPECT_EQ((*admin)->ListSlots().status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(SlotAdmin::Connect((*c)->conninfo()).status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace walrelay::slot
