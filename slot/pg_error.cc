@@ -15,12 +15,13 @@ bool Contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }
 
-std::string Join(std::string_view context, std::string_view message, std::string_view fix) {
+std::string Join(std::string_view context, std::string_view message, std::string_view fix,
+                 std::string_view separator = "; ") {
   std::string m(context);
   if (!m.empty()) m += ": ";
   m += Trim(message);
   if (!fix.empty()) {
-    m += "; ";
+    m += separator;
     m += fix;
   }
   return m;
@@ -42,7 +43,8 @@ Status MapPgError(std::string_view sqlstate, std::string_view server_message, st
         Join(context, server_message,
              Contains(server_message, "replication slot")
                  ? "another walrelay (or client) is reading it; stop it or use another slot"
-                 : "the object is in use by another session; stop that session first"));
+                 : "the object is in use by another session; stop that session first",
+             ": "));
   }
   if (sqlstate == "42501") {
     const bool replication =
