@@ -61,7 +61,8 @@ class ByteReader {
   // A NUL-terminated string; `out` excludes the NUL, the cursor moves past it.
   bool ReadString(std::string_view* out) {
     const char* begin = data_.data() + pos_;
-    const void* nul = std::memchr(begin, '\0', remaining());
+    // memchr must not see a null pointer, even with length 0 (an empty string_view).
+    const void* nul = remaining() == 0 ? nullptr : std::memchr(begin, '\0', remaining());
     if (nul == nullptr) {
       error_ = ReadError{pos_, 0, remaining(), true};
       return false;
