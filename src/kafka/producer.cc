@@ -254,10 +254,36 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
   }
 }
 
+std::string_view DeliveredRecord::topic() const {
+  return message_->rkt != nullptr ? std::string_view(rd_kafka_topic_name(message_->rkt))
+                                  : std::string_view();
+}
+
+std::string_view DeliveredRecord::key() const {
+  return {static_cast<const char*>(message_->key), message_->key_len};
+}
+
+std::string_view DeliveredRecord::value() const {
+  return {static_cast<const char*>(message_->payload), message_->len};
+}
+
+std::string_view DeliveredRecord::Header(std::string_view name) const {
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(message_, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return {};
+  const void* value = nullptr;
+  size_t size = 0;
+  const std::string n(name);
+  if (rd_kafka_header_get_last(headers, n.c_str(), &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      value == nullptr) {
+    return {};
+  }
+  return {static_cast<const char*>(value), size};
+}
+
 void Producer::HandleDelivery(const rd_kafka_message_t* message) {
   const auto cookie = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(message->_private));
   if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    on_delivery_(cookie, Status::Ok());
+    on_delivery_(cookie, Status::Ok(), DeliveredRecord(message));
     return;
   }
   std::string text = KafkaErrorText(message->err);
@@ -273,7 +299,7 @@ void Producer::HandleDelivery(const rd_kafka_message_t* message) {
                        message->key_len + message->len, text);
   }
   on_delivery_(cookie, Status(code, fmt::format("kafka delivery to {} [{}] failed: {}", topic,
-                                                message->partition, text)));
+                                                message->partition, text)), DeliveredRecord(message));
 }
 
 void Producer::HandleError(int err, const char* reason) {

@@ -52,9 +52,26 @@ struct Header {
   std::string_view value;
 };
 
-// Receives one delivery report per enqueued record: the cookie given to Produce() and
-// OK (acked by all in-sync replicas) or the failure, mapped as above.
-using DeliveryCallback = std::function<void(uint64_t cookie, const Status& status)>;
+// The record a delivery report is about. Views into librdkafka's message: valid only
+// during the DeliveryCallback call.
+class DeliveredRecord {
+ public:
+  explicit DeliveredRecord(const rd_kafka_message_s* message) : message_(message) {}
+  std::string_view topic() const;
+  std::string_view key() const;
+  std::string_view value() const;
+  // The first header named `name`, or "" when absent.
+  std::string_view Header(std::string_view name) const;
+
+ private:
+  const rd_kafka_message_s* message_;
+};
+
+// Receives one delivery report per enqueued record: the cookie given to Produce(), OK
+// (acked by all in-sync replicas) or the failure, mapped as above, and the record itself
+// (so that a record the broker refuses for good can be dead-lettered).
+using DeliveryCallback =
+    std::function<void(uint64_t cookie, const Status& status, const DeliveredRecord& record)>;
 
 struct ProducerOptions {
   // librdkafka properties (CONFIGURATION.md), applied in order over walrelay's defaults:

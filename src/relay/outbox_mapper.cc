@@ -1,6 +1,7 @@
 #include "src/relay/outbox_mapper.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace walrelay::relay {
 namespace {
@@ -65,6 +66,7 @@ void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
   Mapping m;
   m.table.reserve(relation.namespace_name.size() + 1 + relation.relation_name.size());
   m.table.append(relation.namespace_name).append(".").append(relation.relation_name);
+  for (const auto& col : relation.columns) m.column_names.emplace_back(col.name);
   m.is_outbox =
       std::find(config_.tables.begin(), config_.tables.end(), m.table) != config_.tables.end();
   const OutboxColumns& c = config_.columns;
@@ -97,17 +99,25 @@ std::string_view OutboxMapper::TableName(pgoutput::Oid relation_id) const {
   return it == relations_.end() ? std::string_view() : std::string_view(it->second.table);
 }
 
+void OutboxMapper::Reset(OutboxEvent* out) {
+  owned_.clear();
+  out->topic = out->key = out->value = out->event_id = out->event_type = out->aggregate_type = {};
+  out->extra_headers.clear();
+}
+
 Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out) {
   auto it = relations_.find(insert.relation_id);
   if (it == relations_.end()) {
-    return InternalError("Insert for relation " + std::to_string(insert.relation_id) +
+    return DataLossError("Insert for relation " + std::to_string(insert.relation_id) +
                          " before its Relation message");
   }
   const Mapping& m = it->second;
-  if (!m.missing.empty()) return InvalidArgumentError(m.missing);
+  if (!m.missing.empty()) {
+    Reset(out);
+    return InvalidArgumentError(m.missing);
+  }
   insert.new_tuple.FillColumns(&columns_);
-  owned_.clear();
-  out->extra_headers.clear();
+  Reset(out);
 
   // Returns the text of column `index`; kInvalidArgument when required and NULL.
   auto text = [&](int index, const std::string& name, bool required,
@@ -135,13 +145,19 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
   };
   const OutboxColumns& c = config_.columns;
   std::string_view topic_col, headers_col;
-  WALRELAY_RETURN_IF_ERROR(text(m.event_id, c.event_id, true, &out->event_id));
-  WALRELAY_RETURN_IF_ERROR(text(m.aggregate_id, c.aggregate_id, true, &out->key));
-  WALRELAY_RETURN_IF_ERROR(text(m.event_type, c.event_type, true, &out->event_type));
-  WALRELAY_RETURN_IF_ERROR(text(m.payload, c.payload, true, &out->value));
-  WALRELAY_RETURN_IF_ERROR(text(m.aggregate_type, c.aggregate_type, false, &out->aggregate_type));
-  WALRELAY_RETURN_IF_ERROR(text(m.topic, c.topic, false, &topic_col));
-  WALRELAY_RETURN_IF_ERROR(text(m.headers, c.headers, false, &headers_col));
+  // Read every field before judging, so a dead letter carries all that could be read.
+  Status first_error;
+  auto keep = [&first_error](Status st) {
+    if (first_error.ok() && !st.ok()) first_error = std::move(st);
+  };
+  keep(text(m.event_id, c.event_id, true, &out->event_id));
+  keep(text(m.aggregate_id, c.aggregate_id, true, &out->key));
+  keep(text(m.event_type, c.event_type, true, &out->event_type));
+  keep(text(m.payload, c.payload, true, &out->value));
+  keep(text(m.aggregate_type, c.aggregate_type, false, &out->aggregate_type));
+  keep(text(m.topic, c.topic, false, &topic_col));
+  keep(text(m.headers, c.headers, false, &headers_col));
+  if (!first_error.ok()) return first_error;
   if (!headers_col.empty()) {
     simdjson::dom::element doc;
     auto err = json_.parse(headers_col.data(), headers_col.size()).get(doc);
@@ -154,13 +170,46 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
   return FinishEvent(m.table, topic_col, out);
 }
 
+std::string OutboxMapper::RowAsJson(const pgoutput::Insert& insert) const {
+  auto it = relations_.find(insert.relation_id);
+  std::string out = "{";
+  size_t i = 0;
+  for (const pgoutput::ColumnValue& col : insert.new_tuple) {
+    if (i) out += ",";
+    out += "\"";
+    out += (it != relations_.end() && i < it->second.column_names.size())
+               ? it->second.column_names[i]
+               : "column" + std::to_string(i + 1);
+    out += "\":";
+    if (col.kind == pgoutput::ColumnKind::kText) {
+      out += "\"";
+      for (char ch : col.data) {
+        if (ch == '"' || ch == '\\') {
+          out += '\\';
+          out += ch;
+        } else if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += ch;
+        }
+      }
+      out += "\"";
+    } else {
+      out += col.kind == pgoutput::ColumnKind::kNull ? "null" : "\"(not text)\"";
+    }
+    ++i;
+  }
+  return out + "}";
+}
+
 bool OutboxMapper::IsOutboxMessage(const pgoutput::LogicalMessage& message) const {
   return !config_.message_prefix.empty() && message.prefix == config_.message_prefix;
 }
 
 Status OutboxMapper::MapMessage(const pgoutput::LogicalMessage& message, OutboxEvent* out) {
-  owned_.clear();
-  out->extra_headers.clear();
+  Reset(out);
   if (!message.transactional()) {
     return InvalidArgumentError(
         "non-transactional outbox message: use pg_logical_emit_message(true, ...) so the event "
@@ -186,11 +235,16 @@ Status OutboxMapper::MapMessage(const pgoutput::LogicalMessage& message, OutboxE
     return Status::Ok();
   };
   std::string_view topic;
-  WALRELAY_RETURN_IF_ERROR(field("event_id", true, &out->event_id));
-  WALRELAY_RETURN_IF_ERROR(field("aggregate_id", true, &out->key));
-  WALRELAY_RETURN_IF_ERROR(field("event_type", true, &out->event_type));
-  WALRELAY_RETURN_IF_ERROR(field("aggregate_type", false, &out->aggregate_type));
-  WALRELAY_RETURN_IF_ERROR(field("topic", false, &topic));
+  Status first_error;
+  auto keep = [&first_error](Status st) {
+    if (first_error.ok() && !st.ok()) first_error = std::move(st);
+  };
+  keep(field("event_id", true, &out->event_id));
+  keep(field("aggregate_id", true, &out->key));
+  keep(field("event_type", true, &out->event_type));
+  keep(field("aggregate_type", false, &out->aggregate_type));
+  keep(field("topic", false, &topic));
+  if (!first_error.ok()) return first_error;
   simdjson::dom::element payload;
   if (doc["payload"].get(payload)) return InvalidArgumentError("envelope has no payload");
   out->value = owned_.emplace_back(simdjson::minify(payload));

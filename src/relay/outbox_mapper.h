@@ -64,6 +64,10 @@ class OutboxMapper {
   // kInvalidArgument (the dead-letter reason) when the row cannot be mapped.
   Status MapInsert(const pgoutput::Insert& insert, OutboxEvent* out);
 
+  // The whole row as a JSON object of column texts: what a dead letter keeps when the
+  // row could not be mapped (so nothing of it is lost).
+  std::string RowAsJson(const pgoutput::Insert& insert) const;
+
   // True when `message` is a table-less outbox event (configured prefix).
   bool IsOutboxMessage(const pgoutput::LogicalMessage& message) const;
   // Maps the JSON envelope {"event_id", "aggregate_type", "aggregate_id", "topic",
@@ -76,10 +80,12 @@ class OutboxMapper {
     std::string table;  // schema.table
     bool is_outbox = false;
     std::string missing;  // reason when a required column is absent, else empty
+    std::vector<std::string> column_names;
     int event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
         payload = -1, headers = -1;
   };
 
+  void Reset(OutboxEvent* out);
   Status FinishEvent(std::string_view table, std::string_view topic_column, OutboxEvent* out);
   Status AddHeaders(simdjson::dom::element headers, OutboxEvent* out);
 

@@ -168,7 +168,7 @@ Status Relay::Session::Start() {
 
 void Relay::Session::OnDelivery(uint64_t cookie, const Status& status,
                                 const kafka::DeliveredRecord& record) {
-  const uint64_t bytes = record.key.size() + record.value.size();
+  const uint64_t bytes = record.key().size() + record.value().size();
   in_flight_bytes_ -= std::min(in_flight_bytes_, bytes);
   if (status.ok()) {
     tracker_.Ack(cookie);
@@ -185,10 +185,10 @@ void Relay::Session::OnDelivery(uint64_t cookie, const Status& status,
     l.ordinal = static_cast<uint32_t>(std::strtoul(std::string(record.Header("walrelay.ordinal")).c_str(), nullptr, 10));
     l.xid = static_cast<uint32_t>(std::strtoul(std::string(record.Header("walrelay.xid")).c_str(), nullptr, 10));
     l.event_id = record.Header("event_id");
-    l.aggregate_id = record.key;
+    l.aggregate_id = record.key();
     l.event_type = record.Header("event_type");
-    l.topic = record.topic;
-    l.payload = record.value;
+    l.topic = record.topic();
+    l.payload = record.value();
     l.reason = reason;
     Status st = DeadLetter(l);
     if (st.ok()) {
@@ -294,6 +294,10 @@ Status Relay::Session::HandleMessage(const pgoutput::Message& m,
   } else if (const auto* ins = std::get_if<pgoutput::Insert>(&m)) {
     if (!mapper_.IsOutbox(ins->relation_id)) return Status::Ok();
     Status mapped = mapper_.MapInsert(*ins, &event_);
+    if (!mapped.ok()) {
+      const std::string row = mapper_.RowAsJson(*ins);
+      return PublishOrDeadLetter(mapped, mapper_.TableName(ins->relation_id), row);
+    }
     return PublishOrDeadLetter(mapped, mapper_.TableName(ins->relation_id), event_.value);
   } else if (const auto* upd = std::get_if<pgoutput::Update>(&m)) {
     if (mapper_.IsOutbox(upd->relation_id)) {

@@ -117,7 +117,7 @@ TEST(DevbrokerTest, ServesProduceConsumeAndFaultCommandsUntilSigterm) {
   options.properties = {{"bootstrap.servers", bootstraps},
                         {"reconnect.backoff.ms", "20"},
                         {"reconnect.backoff.max.ms", "200"}};
-  auto producer = Producer::Create(options, [&](uint64_t cookie, const Status& st) {
+  auto producer = Producer::Create(options, [&](uint64_t cookie, const Status& st, const DeliveredRecord&) {
     EXPECT_TRUE(st.ok()) << st.ToString();
     ++ok_reports[cookie];
   });

@@ -54,7 +54,7 @@ TEST(MockClusterTest, TopicsExplicitAndAutoCreated) {
   EXPECT_EQ(c.CreateTopic("bad", 0, 1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c.CreateTopic("bad", 1, 3).code(), StatusCode::kInvalidArgument);
 
-  auto producer = MakeProducer(c, [](uint64_t, const Status&) {});
+  auto producer = MakeProducer(c, [](uint64_t, const Status&, const DeliveredRecord&) {});
   ASSERT_NE(producer, nullptr);
   EXPECT_EQ(PartitionCount(*producer, "six"), 6);
   // A Metadata request for an unknown topic auto-creates it with the mock's fixed default.
@@ -79,7 +79,7 @@ TEST(MockClusterTest, PushedProduceErrorsAreRetriedByTheIdempotentProducer) {
   ASSERT_TRUE((*cluster)->CreateTopic("t", 1, 1).ok());
   std::vector<Status> reports;
   auto producer =
-      MakeProducer(**cluster, [&](uint64_t, const Status& st) { reports.push_back(st); });
+      MakeProducer(**cluster, [&](uint64_t, const Status& st, const DeliveredRecord&) { reports.push_back(st); });
   ASSERT_NE(producer, nullptr);
   ASSERT_TRUE(producer->Produce("t", "k", "warm-up", {}, 0).ok());
   ASSERT_TRUE(producer->Flush(10s).ok());
@@ -103,7 +103,7 @@ TEST(MockClusterTest, ConsumerGroupResumesFromCommittedOffset) {
   ASSERT_TRUE(cluster.ok());
   ASSERT_TRUE((*cluster)->CreateTopic("g", 2, 3).ok());
   auto producer = MakeProducer(
-      **cluster, [](uint64_t, const Status& st) { EXPECT_TRUE(st.ok()) << st.ToString(); });
+      **cluster, [](uint64_t, const Status& st, const DeliveredRecord&) { EXPECT_TRUE(st.ok()) << st.ToString(); });
   ASSERT_NE(producer, nullptr);
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(producer->Produce("g", "k" + std::to_string(i), "v", {}, i).ok());

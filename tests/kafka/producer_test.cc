@@ -21,7 +21,7 @@ struct Reports {
   size_t total = 0;
 
   DeliveryCallback Callback() {
-    return [this](uint64_t cookie, const Status& st) {
+    return [this](uint64_t cookie, const Status& st, const DeliveredRecord&) {
       by_cookie[cookie].push_back(st);
       ++total;
     };

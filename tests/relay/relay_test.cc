@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
@@ -54,6 +55,11 @@ class RelayTest : public ::testing::Test {
   void StartRelay() {
     relay_ = std::make_unique<Relay>(config_);
     thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+    // Events written before the slot exists are not in its stream: wait for it.
+    for (int i = 0; i < 300 && relay_->stats().streaming.load() == 0; ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_EQ(relay_->stats().streaming.load(), 1) << "relay did not start streaming";
   }
 
   void StopRelay() {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The walrelay test suite: the command the README gives and CI runs.
+#   scripts/test.sh          build (warnings as errors), all tests (unit + integration against a
+#                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster), the unit
+#                            tests again under ASan+UBSan, a bounded libFuzzer run of the decoder,
+#                            and a smoke run of every benchmark program.
+#   scripts/test.sh --quick  only the main build and the unit tests.
+# Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+JOBS=${JOBS:-2}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+BUILD_ROOT=${BUILD_ROOT:-build}
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
+
+step "configure + build ($BUILD_ROOT/main)"
+cmake -S . -B "$BUILD_ROOT/main" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWALRELAY_WERROR=ON >/dev/null
+cmake --build "$BUILD_ROOT/main" -j "$JOBS"
+
+if [ "$QUICK" = 1 ]; then
+  step "unit tests"
+  ctest --test-dir "$BUILD_ROOT/main" -L unit --output-on-failure -j "$JOBS"
+  exit 0
+fi
+
+step "all tests (unit + integration)"
+ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900
+
+step "benchmark smoke runs"
+for b in $(find "$BUILD_ROOT/main/bench" -type f -name '*_bench' -perm -u+x | sort); do
+  echo "--- $b"
+  "$b" --benchmark_min_time=0.01 >/dev/null
+done
+
+step "ASan+UBSan build and unit tests ($BUILD_ROOT/asan)"
+cmake -S . -B "$BUILD_ROOT/asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWALRELAY_WERROR=ON \
+  -DWALRELAY_SANITIZE=ON -DWALRELAY_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD_ROOT/asan" -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir "$BUILD_ROOT/asan" -L unit --output-on-failure -j "$JOBS"
+
+step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s ($BUILD_ROOT/fuzz)"
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DWALRELAY_FUZZ=ON -DWALRELAY_BUILD_TESTS=OFF -DWALRELAY_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target pgoutput_fuzz
+corpus=$(mktemp -d)
+cp tests/decoder/corpus/* "$corpus"/
+"$BUILD_ROOT/fuzz/tests/decoder/pgoutput_fuzz" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+  -artifact_prefix="$BUILD_ROOT/fuzz/" "$corpus" tests/decoder/corpus 2>&1 | tail -n 15
+rm -rf "$corpus"
+
+step "all suites passed"

@@ -1,0 +1,87 @@
+// walrelay: the command-line program. Subcommands:
+//   run               stream the outbox to Kafka (see docs/configuration.md)
+//   config-reference  print the configuration reference (Markdown)
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <iostream>
+
+#include "src/cli/options.h"
+#include "src/relay/relay.h"
+
+namespace {
+
+walrelay::relay::Relay* g_relay = nullptr;
+
+extern "C" void OnStopSignal(int) {
+  if (g_relay != nullptr) g_relay->RequestStop();
+}
+
+int RunRelay(const walrelay::relay::RelayConfig& config) {
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::info("walrelay starting: source {}, slot {}, tables [{}]",
+               walrelay::cli::RedactConninfo(config.source_dsn), config.slot,
+               fmt::join(config.tables, ", "));
+  walrelay::relay::Relay relay(config);
+  g_relay = &relay;
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  walrelay::Status st = relay.Run();
+  g_relay = nullptr;
+  if (!st.ok()) {
+    spdlog::critical("walrelay stopped: {}", st.ToString());
+    return st.code() == walrelay::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  spdlog::info("walrelay stopped cleanly");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("walrelay"));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  CLI::App app{
+      "walrelay: streams a PostgreSQL transactional outbox to Kafka through logical "
+      "replication, confirming WAL only after Kafka acked every event."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "walrelay 0.1.0");
+
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Stream the outbox tables (and table-less outbox messages) of the source database to "
+      "Kafka. Options come from flags, WALRELAY_* environment variables and a TOML file "
+      "(--config), in that order of precedence.");
+  walrelay::cli::RunOptionBinder binder(run);
+
+  CLI::App* ref = app.add_subcommand(
+      "config-reference", "Print the configuration reference (Markdown) generated from the code.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help prints and exits 0; usage errors exit 2
+  }
+
+  if (ref->parsed()) {
+    std::cout << walrelay::cli::ConfigurationReference();
+    return 0;
+  }
+  if (run->parsed()) {
+    auto config = binder.Resolve();
+    if (!config.ok()) {
+      std::cerr << "walrelay run: " << config.status().message() << "\n";
+      return 2;
+    }
+    return RunRelay(*config);
+  }
+  return 2;
+}

@@ -1,0 +1,402 @@
+#include "src/cli/options.h"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace walrelay::cli {
+namespace {
+
+using relay::RelayConfig;
+using Values = std::vector<std::string>;
+
+Result<int64_t> ParseInt(const OptionSpec& spec, const std::string& text) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size()) {
+    return InvalidArgumentError(spec.Flag() + ": expected an integer, got '" + text + "'");
+  }
+  return v;
+}
+
+Result<bool> ParseBool(const OptionSpec& spec, const std::string& text) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  return InvalidArgumentError(spec.Flag() + ": expected true or false, got '" + text + "'");
+}
+
+Result<std::pair<std::string, std::string>> SplitKv(const OptionSpec& spec,
+                                                     const std::string& text) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgumentError(spec.Flag() + ": expected NAME=VALUE, got '" + text + "'");
+  }
+  return std::make_pair(text.substr(0, eq), text.substr(eq + 1));
+}
+
+std::string Join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += sep;
+    out += v[i];
+  }
+  return out;
+}
+
+OptionSpec Str(std::string key, std::string help, std::string RelayConfig::*field,
+               bool secret = false) {
+  OptionSpec s{std::move(key), OptionKind::kString, std::move(help), secret, nullptr, nullptr};
+  s.apply = [field](RelayConfig& c, const Values& v) {
+    c.*field = v.back();
+    return Status::Ok();
+  };
+  s.show = [field, secret](const RelayConfig& c) {
+    return secret ? std::string("(none)") : (c.*field).empty() ? "(empty)" : c.*field;
+  };
+  return s;
+}
+
+OptionSpec Bool(std::string key, std::string help, bool RelayConfig::*field) {
+  OptionSpec s{std::move(key), OptionKind::kBool, std::move(help), false, nullptr, nullptr};
+  s.apply = [field, s](RelayConfig& c, const Values& v) -> Status {
+    WALRELAY_ASSIGN_OR_RETURN(c.*field, ParseBool(s, v.back()));
+    return Status::Ok();
+  };
+  s.show = [field](const RelayConfig& c) { return std::string(c.*field ? "true" : "false"); };
+  return s;
+}
+
+OptionSpec Int(std::string key, std::string help, int64_t RelayConfig::*field) {
+  OptionSpec s{std::move(key), OptionKind::kInt, std::move(help), false, nullptr, nullptr};
+  s.apply = [field, s](RelayConfig& c, const Values& v) -> Status {
+    WALRELAY_ASSIGN_OR_RETURN(c.*field, ParseInt(s, v.back()));
+    return Status::Ok();
+  };
+  s.show = [field](const RelayConfig& c) { return std::to_string(c.*field); };
+  return s;
+}
+
+OptionSpec Millis(std::string key, std::string help, std::chrono::milliseconds RelayConfig::*field) {
+  OptionSpec s{std::move(key), OptionKind::kInt, std::move(help), false, nullptr, nullptr};
+  s.apply = [field, s](RelayConfig& c, const Values& v) -> Status {
+    WALRELAY_ASSIGN_OR_RETURN(int64_t ms, ParseInt(s, v.back()));
+    c.*field = std::chrono::milliseconds(ms);
+    return Status::Ok();
+  };
+  s.show = [field](const RelayConfig& c) { return std::to_string((c.*field).count()); };
+  return s;
+}
+
+Status ApplyColumn(RelayConfig& c, const std::string& field, const std::string& column) {
+  auto& col = c.columns;
+  std::string* target = nullptr;
+  if (field == "id") target = &col.id;
+  if (field == "event_id") target = &col.event_id;
+  if (field == "aggregate_type") target = &col.aggregate_type;
+  if (field == "aggregate_id") target = &col.aggregate_id;
+  if (field == "topic") target = &col.topic;
+  if (field == "event_type") target = &col.event_type;
+  if (field == "payload") target = &col.payload;
+  if (field == "headers") target = &col.headers;
+  if (field == "created_at") target = &col.created_at;
+  if (target == nullptr) {
+    return InvalidArgumentError(
+        "--outbox-column: unknown field '" + field +
+        "'; fields are id, event_id, aggregate_type, aggregate_id, topic, event_type, payload, "
+        "headers, created_at");
+  }
+  *target = column;
+  return Status::Ok();
+}
+
+std::vector<OptionSpec> BuildRunOptions() {
+  std::vector<OptionSpec> o;
+  o.push_back(Str("source.dsn",
+                  "libpq connection string or URI of the source database (the outbox's). "
+                  "Put the password in PGPASSWORD, ~/.pgpass or source.password_file, not here.",
+                  &RelayConfig::source_dsn));
+  {
+    OptionSpec s{"source.password_file", OptionKind::kString,
+                 "File whose first line is the source password; never logged.", true, nullptr,
+                 nullptr};
+    s.apply = [](RelayConfig& c, const Values& v) -> Status {
+      std::ifstream in(v.back());
+      if (!in) return InvalidArgumentError("--source-password-file: cannot read '" + v.back() + "'");
+      std::getline(in, c.source_password);
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig&) { return std::string("(none)"); };
+    o.push_back(std::move(s));
+  }
+  o.push_back(Str("source.slot", "Logical replication slot walrelay reads (one reader at a time).",
+                  &RelayConfig::slot));
+  o.push_back(Str("source.publication", "Publication that covers the outbox tables.",
+                  &RelayConfig::publication));
+  o.push_back(Bool("source.create_slot",
+                   "Create the publication and the slot when missing (needs ownership of the "
+                   "tables for the publication).",
+                   &RelayConfig::create_slot));
+  {
+    OptionSpec s{"source.tables", OptionKind::kList,
+                 "Schema-qualified outbox tables (repeat the flag, or a TOML array).", false,
+                 nullptr, nullptr};
+    s.apply = [](RelayConfig& c, const Values& v) {
+      c.tables = v;
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig& c) { return Join(c.tables, ", "); };
+    o.push_back(std::move(s));
+  }
+  o.push_back(Str("source.message_prefix",
+                  "Prefix of transactional pg_logical_emit_message() calls that carry table-less "
+                  "outbox events (a JSON envelope with the outbox fields).",
+                  &RelayConfig::message_prefix));
+  {
+    OptionSpec s{"outbox.columns", OptionKind::kMap,
+                 "Column names of the outbox table as FIELD=COLUMN (fields: id, event_id, "
+                 "aggregate_type, aggregate_id, topic, event_type, payload, headers, "
+                 "created_at). An empty COLUMN marks an optional column as absent.",
+                 false, nullptr, nullptr};
+    s.apply = [s](RelayConfig& c, const Values& v) -> Status {
+      for (const auto& kv : v) {
+        WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
+        WALRELAY_RETURN_IF_ERROR(ApplyColumn(c, p.first, p.second));
+      }
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig&) { return std::string("the documented schema's names"); };
+    o.push_back(std::move(s));
+  }
+  o.push_back(Str("outbox.topic_template",
+                  "Topic when the row's topic column is absent or NULL; ${aggregate_type}, "
+                  "${event_type} and ${table} are substituted.",
+                  &RelayConfig::topic_template));
+  o.push_back(Str("kafka.bootstrap_servers", "Kafka bootstrap servers (host:port,...).",
+                  &RelayConfig::bootstrap_servers));
+  o.push_back(Bool("kafka.embedded",
+                   "Start librdkafka's mock cluster in process instead of connecting to Kafka "
+                   "(demo and tests only: records live in memory).",
+                   &RelayConfig::embedded_kafka));
+  {
+    OptionSpec s{"kafka.properties", OptionKind::kMap,
+                 "Any librdkafka producer property as NAME=VALUE (repeatable; a TOML table). "
+                 "enable.idempotence=true and acks=all cannot be weakened.",
+                 false, nullptr, nullptr};
+    s.apply = [s](RelayConfig& c, const Values& v) -> Status {
+      for (const auto& kv : v) {
+        WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
+        c.kafka_properties[p.first] = p.second;
+      }
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig&) { return std::string("(none)"); };
+    o.push_back(std::move(s));
+  }
+  o.push_back(Int("flow.max_in_flight_events",
+                  "Events produced but not yet acked before reading the stream pauses "
+                  "(backpressure); also bounds the duplicates a crash can cause.",
+                  &RelayConfig::max_in_flight_events));
+  o.push_back(Int("flow.max_in_flight_bytes",
+                  "Bytes of produced, unacked records before reading pauses.",
+                  &RelayConfig::max_in_flight_bytes));
+  o.push_back(Millis("flow.status_interval_ms",
+                     "Standby status update period in ms (capped at wal_sender_timeout / 2).",
+                     &RelayConfig::status_interval));
+  o.push_back(Millis("flow.shutdown_timeout_ms",
+                     "On SIGTERM/SIGINT, how long to wait for in-flight acks before exiting.",
+                     &RelayConfig::shutdown_timeout));
+  o.push_back(Millis("flow.reconnect_min_ms", "First reconnect delay after a failure (ms).",
+                     &RelayConfig::reconnect_min));
+  o.push_back(Millis("flow.reconnect_max_ms", "Cap of the exponential reconnect delay (ms).",
+                     &RelayConfig::reconnect_max));
+  o.push_back(Str("dead_letter.table",
+                  "Table in the source database that receives events that can never be "
+                  "published (with reason and LSN); created when missing.",
+                  &RelayConfig::dead_letter_table));
+  o.push_back(Str("ops.metrics_address",
+                  "host:port serving /metrics (Prometheus), /healthz and /readyz; empty = off.",
+                  &RelayConfig::metrics_address));
+  o.push_back(Str("ops.log_level", "trace, debug, info, warn, error.", &RelayConfig::log_level));
+  return o;
+}
+
+std::string ToRaw(const toml::node& n) {
+  if (auto s = n.value<std::string>()) return *s;
+  if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
+  if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
+  if (auto d = n.value_exact<double>()) {
+    std::ostringstream os;
+    os << *d;
+    return os.str();
+  }
+  return "<unsupported TOML value>";
+}
+
+}  // namespace
+
+std::string OptionSpec::Flag() const {
+  std::string f = "--" + key;
+  for (char& ch : f) {
+    if (ch == '.' || ch == '_') ch = '-';
+  }
+  // Lists and maps take one element per flag: singular names read better.
+  if (kind == OptionKind::kList || kind == OptionKind::kMap) {
+    if (f.ends_with("ies")) {
+      f = f.substr(0, f.size() - 3) + "y";
+    } else if (f.ends_with("s")) {
+      f.pop_back();
+    }
+  }
+  return f;
+}
+
+std::string OptionSpec::EnvVar() const {
+  std::string e = "WALRELAY_" + key;
+  for (char& ch : e) {
+    if (ch == '.') ch = '_';
+    ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  }
+  return e;
+}
+
+const std::vector<OptionSpec>& RunOptions() {
+  static const std::vector<OptionSpec> options = BuildRunOptions();
+  return options;
+}
+
+Status LoadTomlFile(const std::string& path,
+                    std::vector<std::pair<const OptionSpec*, std::vector<std::string>>>* values) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& err) {  // toml++ is built with exceptions on Debian
+    std::ostringstream os;
+    os << path << ":" << err.source().begin.line << ":" << err.source().begin.column << ": "
+       << err.description();
+    return InvalidArgumentError("config file: " + os.str());
+  }
+  // Every key in the file must name an option: walk sections and their keys.
+  for (const auto& [section, node] : root) {
+    const toml::table* tbl = node.as_table();
+    if (tbl == nullptr) {
+      return InvalidArgumentError("config file " + path + ": top-level key '" +
+                                  std::string(section.str()) +
+                                  "' is not a section; options live in [source], [outbox], "
+                                  "[kafka], [flow], [dead_letter], [ops]");
+    }
+    for (const auto& [name, value] : *tbl) {
+      std::string key = std::string(section.str()) + "." + std::string(name.str());
+      const OptionSpec* spec = nullptr;
+      for (const auto& s : RunOptions()) {
+        if (s.key == key) spec = &s;
+      }
+      if (spec == nullptr) {
+        return InvalidArgumentError("config file " + path + ": unknown option '" + key +
+                                    "' (see `walrelay run --help`)");
+      }
+      std::vector<std::string> raw;
+      if (spec->kind == OptionKind::kList) {
+        const toml::array* arr = value.as_array();
+        if (arr == nullptr) {
+          return InvalidArgumentError("config file " + path + ": '" + key + "' must be an array");
+        }
+        for (const auto& el : *arr) raw.push_back(ToRaw(el));
+      } else if (spec->kind == OptionKind::kMap) {
+        const toml::table* t = value.as_table();
+        if (t == nullptr) {
+          return InvalidArgumentError("config file " + path + ": '" + key + "' must be a table");
+        }
+        for (const auto& [k, v] : *t) raw.push_back(std::string(k.str()) + "=" + ToRaw(v));
+      } else {
+        if (value.is_array() || value.is_table()) {
+          return InvalidArgumentError("config file " + path + ": '" + key +
+                                      "' must be a single value");
+        }
+        raw.push_back(ToRaw(value));
+      }
+      values->emplace_back(spec, std::move(raw));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ConfigurationReference() {
+  relay::RelayConfig defaults;
+  std::ostringstream os;
+  os << "# walrelay run: configuration reference\n\n"
+     << "Generated from the option registry (`walrelay config-reference`); a test keeps this\n"
+     << "file equal to the code. Precedence: flag > environment variable > TOML file >\n"
+     << "default. A TOML key `section.name` lives in `[section]` as `name = ...`.\n\n"
+     << "| TOML key | flag | environment | default | meaning |\n"
+     << "|---|---|---|---|---|\n";
+  for (const auto& s : RunOptions()) {
+    os << "| `" << s.key << "` | `" << s.Flag() << "` | `" << s.EnvVar() << "` | "
+       << s.show(defaults) << " | " << s.help << " |\n";
+  }
+  return os.str();
+}
+
+std::string RedactConninfo(std::string_view conninfo) {
+  std::string s(conninfo);
+  // keyword/value form: password=secret or password='se cret'
+  static const std::regex kv(R"((password\s*=\s*)('([^'\\]|\\.)*'|\S+))", std::regex::icase);
+  s = std::regex_replace(s, kv, "$1********");
+  // URI form: postgresql://user:secret@host
+  static const std::regex uri(R"(((?:postgres|postgresql)://[^:/@]*:)[^@]*@)", std::regex::icase);
+  s = std::regex_replace(s, uri, "$1********@");
+  return s;
+}
+
+RunOptionBinder::RunOptionBinder(CLI::App* app) {
+  app->add_option("-c,--config", config_path_, "TOML configuration file")
+      ->envname("WALRELAY_CONFIG");
+  bound_.reserve(RunOptions().size());
+  for (const auto& spec : RunOptions()) {
+    bound_.push_back(Bound{&spec, nullptr, {}});
+    Bound& b = bound_.back();
+    std::string help = spec.help;
+    if (!spec.secret) help += " [default: " + spec.show(relay::RelayConfig{}) + "]";
+    help += " (env " + spec.EnvVar() + ")";
+    CLI::Option* opt = app->add_option(spec.Flag(), b.values, help)->envname(spec.EnvVar());
+    if (spec.kind == OptionKind::kList || spec.kind == OptionKind::kMap) {
+      // Lists split on commas; map entries do not (a librdkafka value may hold commas).
+      if (spec.kind == OptionKind::kList) opt->delimiter(',');
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      opt->type_name(spec.kind == OptionKind::kMap ? "NAME=VALUE" : "VALUE");
+    } else {
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      opt->type_name(spec.kind == OptionKind::kInt    ? "INT"
+                     : spec.kind == OptionKind::kBool ? "BOOL"
+                                                      : "TEXT");
+    }
+    b.option = opt;
+  }
+}
+
+Result<relay::RelayConfig> RunOptionBinder::Resolve() const {
+  relay::RelayConfig config;
+  // File first, so flags and environment (already merged by CLI11) override it.
+  if (!config_path_.empty()) {
+    std::vector<std::pair<const OptionSpec*, std::vector<std::string>>> file_values;
+    WALRELAY_RETURN_IF_ERROR(LoadTomlFile(config_path_, &file_values));
+    for (const auto& [spec, raw] : file_values) {
+      bool on_command_line = false;
+      for (const auto& b : bound_) {
+        if (b.spec == spec && b.option->count() > 0) on_command_line = true;
+      }
+      if (on_command_line || raw.empty()) continue;
+      WALRELAY_RETURN_IF_ERROR(spec->apply(config, raw).WithContext("config file " + config_path_));
+    }
+  }
+  for (const auto& b : bound_) {
+    if (b.option->count() == 0 || b.values.empty()) continue;
+    WALRELAY_RETURN_IF_ERROR(b.spec->apply(config, b.values));
+  }
+  WALRELAY_RETURN_IF_ERROR(config.Validate());
+  return config;
+}
+
+}  // namespace walrelay::cli

@@ -1,0 +1,79 @@
+// The option registry of `walrelay run`: one table that drives the command line (CLI11),
+// the WALRELAY_* environment variables, the TOML configuration file and the generated
+// configuration reference (docs/configuration.md, checked by a test).
+//
+// Precedence: flag > environment variable > file > built-in default.
+// Naming is derived from the TOML key so the three spellings never drift apart:
+//   TOML `kafka.bootstrap_servers` = flag `--kafka-bootstrap-servers`
+//                                  = env `WALRELAY_KAFKA_BOOTSTRAP_SERVERS`.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "src/relay/config.h"
+
+namespace walrelay::cli {
+
+enum class OptionKind { kString, kBool, kInt, kList, kMap };
+
+struct OptionSpec {
+  std::string key;      // TOML key, "section.name"
+  OptionKind kind;
+  std::string help;     // one or two sentences: meaning and units
+  bool secret = false;  // value never printed
+  // Applies raw values (one for scalars; one per element for lists; "k=v" for maps).
+  std::function<Status(relay::RelayConfig&, const std::vector<std::string>&)> apply;
+  // The default, as text, read back from a default-constructed RelayConfig.
+  std::function<std::string(const relay::RelayConfig&)> show;
+
+  std::string Flag() const;    // "--kafka-bootstrap-servers"
+  std::string EnvVar() const;  // "WALRELAY_KAFKA_BOOTSTRAP_SERVERS"
+};
+
+// Every option of `walrelay run`, in documentation order.
+const std::vector<OptionSpec>& RunOptions();
+
+// Loads a TOML file into `values`: for each registry key present in the file, its raw
+// values. Unknown keys are an error (a typo must not be silently ignored).
+Status LoadTomlFile(const std::string& path,
+                    std::vector<std::pair<const OptionSpec*, std::vector<std::string>>>* values);
+
+// The configuration reference in Markdown, generated from the registry.
+std::string ConfigurationReference();
+
+// Redacts password=... in a libpq conninfo string or URI for logging.
+std::string RedactConninfo(std::string_view conninfo);
+
+}  // namespace walrelay::cli
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace walrelay::cli {
+
+// Registers every RunOptions() entry (plus --config) on a CLI11 (sub)command and, after
+// parsing, merges flags, environment and file into a RelayConfig.
+// Lifetime: the binder must outlive the App's parse.
+class RunOptionBinder {
+ public:
+  explicit RunOptionBinder(CLI::App* app);
+  // REQUIRES: the App has been parsed.
+  Result<relay::RelayConfig> Resolve() const;
+
+ private:
+  struct Bound {
+    const OptionSpec* spec;
+    CLI::Option* option;
+    std::vector<std::string> values;
+  };
+  std::vector<Bound> bound_;
+  std::string config_path_;
+};
+
+}  // namespace walrelay::cli

@@ -1,0 +1,163 @@
+#include "src/cli/options.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace walrelay::cli {
+namespace {
+
+struct Parsed {
+  Result<relay::RelayConfig> config = InternalError("not parsed");
+};
+
+Parsed Parse(std::vector<std::string> args) {
+  CLI::App app;
+  RunOptionBinder binder(&app);
+  std::vector<const char*> argv = {"walrelay"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  Parsed p;
+  p.config = binder.Resolve();
+  return p;
+}
+
+std::string WriteFile(const std::string& text) {
+  char path[] = "/tmp/walrelay-options-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  return path;
+}
+
+const std::vector<std::string> kMinimal = {"--source-dsn", "dbname=app",
+                                           "--kafka-bootstrap-servers", "k:9092"};
+
+TEST(OptionsTest, DefaultsMatchTheDocumentedSchema) {
+  auto p = Parse(kMinimal);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->slot, "walrelay");
+  EXPECT_EQ(p.config->tables, std::vector<std::string>{"public.outbox"});
+  EXPECT_EQ(p.config->columns.aggregate_id, "aggregate_id");
+  EXPECT_EQ(p.config->topic_template, "outbox.${aggregate_type}");
+}
+
+TEST(OptionsTest, FlagBeatsEnvBeatsFile) {
+  std::string file = WriteFile(
+      "[source]\nslot = \"from_file\"\npublication = \"pub_file\"\n"
+      "tables = [\"app.outbox\", \"billing.outbox\"]\n"
+      "[kafka]\nbootstrap_servers = \"file:9092\"\n"
+      "[kafka.properties]\n\"linger.ms\" = 7\n"
+      "[outbox.columns]\naggregate_id = \"account_id\"\n");
+  setenv("WALRELAY_SOURCE_SLOT", "from_env", 1);
+  setenv("WALRELAY_SOURCE_PUBLICATION", "pub_env", 1);
+  auto p = Parse({"--config", file, "--source-dsn", "dbname=app", "--source-slot", "from_flag"});
+  unsetenv("WALRELAY_SOURCE_SLOT");
+  unsetenv("WALRELAY_SOURCE_PUBLICATION");
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->slot, "from_flag");
+  EXPECT_EQ(p.config->publication, "pub_env");
+  EXPECT_EQ(p.config->bootstrap_servers, "file:9092");
+  EXPECT_EQ(p.config->tables, (std::vector<std::string>{"app.outbox", "billing.outbox"}));
+  EXPECT_EQ(p.config->kafka_properties.at("linger.ms"), "7");
+  EXPECT_EQ(p.config->columns.aggregate_id, "account_id");
+  std::remove(file.c_str());
+}
+
+TEST(OptionsTest, UnknownFileKeyIsAnError) {
+  std::string file = WriteFile("[source]\nslto = \"typo\"\n");
+  auto p = Parse({"--config", file, "--source-dsn", "x", "--kafka-bootstrap-servers", "k:1"});
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("unknown option 'source.slto'"), std::string::npos);
+  std::remove(file.c_str());
+}
+
+TEST(OptionsTest, BadValuesSayWhatIsWrong) {
+  auto args = kMinimal;
+  args.insert(args.end(), {"--flow-max-in-flight-events", "lots"});
+  auto p = Parse(args);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_EQ(p.config.status().message(),
+            "--flow-max-in-flight-events: expected an integer, got 'lots'");
+
+  auto weak = kMinimal;
+  weak.insert(weak.end(), {"--kafka-property", "acks=1"});
+  p = Parse(weak);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("acks=all"), std::string::npos);
+
+  p = Parse({"--kafka-bootstrap-servers", "k:1"});
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("--source-dsn"), std::string::npos);
+}
+
+TEST(OptionsTest, KafkaPropertyValuesMayHoldCommas) {
+  auto args = kMinimal;
+  args.insert(args.end(), {"--kafka-property", "debug=broker,topic", "--kafka-property",
+                           "linger.ms=1"});
+  auto p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->kafka_properties.at("debug"), "broker,topic");
+  EXPECT_EQ(p.config->kafka_properties.at("linger.ms"), "1");
+}
+
+TEST(OptionsTest, PasswordFileIsReadAndRedacted) {
+  std::string file = WriteFile("s3cret\n");
+  auto args = kMinimal;
+  args.insert(args.end(), {"--source-password-file", file});
+  auto p = Parse(args);
+  ASSERT_TRUE(p.config.ok());
+  EXPECT_EQ(p.config->source_password, "s3cret");
+  std::remove(file.c_str());
+  EXPECT_EQ(RedactConninfo("host=h password=s3cret dbname=x"), "host=h password=******** dbname=x");
+  EXPECT_EQ(RedactConninfo("host=h password='a b' dbname=x"), "host=h password=******** dbname=x");
+  EXPECT_EQ(RedactConninfo("postgresql://app:s3cret@db:5432/x"), "postgresql://app:********@db:5432/x");
+}
+
+TEST(OptionsTest, NamesDeriveFromTheTomlKey) {
+  for (const auto& spec : RunOptions()) {
+    if (spec.key == "kafka.bootstrap_servers") {
+      EXPECT_EQ(spec.Flag(), "--kafka-bootstrap-servers");
+      EXPECT_EQ(spec.EnvVar(), "WALRELAY_KAFKA_BOOTSTRAP_SERVERS");
+    }
+    if (spec.key == "kafka.properties") {
+      EXPECT_EQ(spec.Flag(), "--kafka-property");
+    }
+    if (spec.key == "source.tables") {
+      EXPECT_EQ(spec.Flag(), "--source-table");
+    }
+  }
+}
+
+// docs/configuration.md is generated from the registry; the docs must match the code.
+TEST(OptionsTest, ConfigurationReferenceDocIsCurrent) {
+  std::ifstream in(std::string(WALRELAY_SOURCE_DIR) + "/docs/configuration.md");
+  ASSERT_TRUE(in) << "docs/configuration.md missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), ConfigurationReference())
+      << "regenerate with: walrelay config-reference > docs/configuration.md";
+}
+
+int RunBinary(const std::string& args) {
+  int rc = std::system((std::string(WALRELAY_BINARY) + " " + args + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(OptionsTest, ExitCodes) {
+  EXPECT_EQ(RunBinary("--help"), 0);
+  EXPECT_EQ(RunBinary("run --help"), 0);
+  EXPECT_EQ(RunBinary("run --no-such-flag"), 2);
+  EXPECT_EQ(RunBinary("run --kafka-bootstrap-servers k:1"), 2);  // no source
+  EXPECT_EQ(RunBinary(""), 2);
+}
+
+}  // namespace
+}  // namespace walrelay::cli
