@@ -10,6 +10,7 @@ PACKAGES=(
   librdkafka-dev kcat
   libsimdjson-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev                  # /metrics, /healthz, /readyz server (walrelay::metrics)
   procps curl python3
 )
 

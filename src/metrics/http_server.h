@@ -1,0 +1,72 @@
+// MetricsServer: an HTTP server (cpp-httplib) on its own thread serving
+//   GET /metrics  the Registry in the text exposition format 0.0.4
+//                 (Content-Type: text/plain; version=0.0.4; charset=utf-8)
+//   GET /healthz  200 "ok" while the process serves requests (liveness)
+//   GET /readyz   200 "ready" when the caller's predicate returns OK, else 503 with the
+//                 predicate's message (readiness: e.g. streaming and under the critical
+//                 slot threshold)
+// Anything else is 404. Only GET (and HEAD) are answered.
+//
+// Lifetime: Start() binds (so a bad address fails there, synchronously) and starts the
+// thread; Stop() (or the destructor) stops listening, waits for in-flight requests and
+// joins. The Registry and the predicate must outlive the server.
+// Thread safety: Start/Stop from one thread; port() from any. The predicate runs on the
+// server's worker threads: it must be thread-safe (read atomics).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "base/status.h"
+#include "src/metrics/registry.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace walrelay::metrics {
+
+struct ServerOptions {
+  // "host:port", "[v6addr]:port" or ":port" (all interfaces). Port 0 picks a free port
+  // (see MetricsServer::port()).
+  std::string address = "127.0.0.1:9187";
+  // Readiness; OK = ready. Unset: always ready.
+  std::function<Status()> ready;
+  // Worker threads for concurrent scrapes.
+  int threads = 2;
+};
+
+class MetricsServer {
+ public:
+  // kInvalidArgument for an unparsable address; kUnavailable when the bind fails (port in
+  // use, address not local).
+  static Result<std::unique_ptr<MetricsServer>> Start(const Registry* registry,
+                                                      ServerOptions options);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The bound port (useful with port 0).
+  int port() const { return port_; }
+  const std::string& host() const { return host_; }
+
+  // Idempotent.
+  void Stop();
+
+ private:
+  MetricsServer(const Registry* registry, ServerOptions options);
+
+  const Registry* registry_;
+  ServerOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::string host_;
+  int port_ = 0;
+};
+
+// Splits "host:port" / "[v6]:port" / ":port". kInvalidArgument on a bad form or port.
+Result<std::pair<std::string, int>> ParseHostPort(std::string_view address);
+
+}  // namespace walrelay::metrics
