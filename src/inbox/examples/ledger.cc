@@ -1,0 +1,60 @@
+#include "src/inbox/examples/ledger.h"
+
+#include <libpq-fe.h>
+#include <simdjson.h>
+
+#include <memory>
+
+namespace walrelay::inbox::ledger {
+
+Status EnsureLedgerSchema(const std::string& conninfo) {
+  std::unique_ptr<PGconn, decltype(&PQfinish)> conn(PQconnectdb(conninfo.c_str()), &PQfinish);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return UnavailableError(std::string("ledger: connect: ") + PQerrorMessage(conn.get()));
+  }
+  std::unique_ptr<PGresult, decltype(&PQclear)> res(
+      PQexec(conn.get(),
+             "BEGIN;"
+             "SELECT pg_advisory_xact_lock(hashtext('walrelay.ledger.schema'));"
+             "CREATE TABLE IF NOT EXISTS wallet (id text PRIMARY KEY, balance bigint NOT NULL);"
+             "CREATE TABLE IF NOT EXISTS wallet_credit (event_id text NOT NULL, wallet text "
+             "NOT NULL, amount bigint NOT NULL);"
+             "COMMIT;"),
+      &PQclear);
+  if (PQresultStatus(res.get()) != PGRES_COMMAND_OK) {
+    return UnavailableError(std::string("ledger: schema: ") + PQerrorMessage(conn.get()));
+  }
+  return Status::Ok();
+}
+
+Status CreditWallet(const InboxMessage& message, Transaction& tx) {
+  thread_local simdjson::dom::parser parser;
+  simdjson::padded_string padded(message.value);
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(padded).get(doc); err) {
+    return InvalidArgumentError(std::string("ledger: payload is not JSON: ") +
+                                simdjson::error_message(err));
+  }
+  simdjson::dom::element payload;
+  if (doc["payload"].get(payload) != simdjson::SUCCESS) payload = doc;
+  std::string_view wallet;
+  int64_t amount = 0;
+  if (payload["wallet"].get(wallet) != simdjson::SUCCESS || wallet.empty()) {
+    return InvalidArgumentError("ledger: payload has no \"wallet\" string");
+  }
+  if (payload["amount"].get(amount) != simdjson::SUCCESS) {
+    return InvalidArgumentError("ledger: payload has no integer \"amount\"");
+  }
+  WALRELAY_ASSIGN_OR_RETURN(
+      int64_t n, tx.Exec("INSERT INTO wallet (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO "
+                         "UPDATE SET balance = wallet.balance + EXCLUDED.balance",
+                         {wallet, amount}));
+  (void)n;
+  WALRELAY_ASSIGN_OR_RETURN(
+      int64_t m, tx.Exec("INSERT INTO wallet_credit (event_id, wallet, amount) VALUES ($1, $2, $3)",
+                         {message.event_id, wallet, amount}));
+  (void)m;
+  return Status::Ok();
+}
+
+}  // namespace walrelay::inbox::ledger

@@ -1,0 +1,231 @@
+// Inbox: the consumer half of walrelay. Turns at-least-once Kafka delivery into
+// effectively-once processing by deduplicating on the producer-side event id in the same
+// PostgreSQL transaction as the service's side effect. See docs/inbox.md.
+//
+// Per message (one partition's messages strictly in offset order):
+//   event id  = the `event_id` header, else the "event_id" member of the JSON value
+//               (table-less events); neither → poison, dead-lettered.
+//   BEGIN
+//   INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING
+//     0 rows → duplicate: COMMIT (nothing else written), counted in Stats::duplicates
+//     1 row  → handler(message, transaction) in the same transaction
+//   COMMIT
+//   then rd_kafka_offsets_store(offset + 1)
+// The offset commit: enable.auto.commit=true with enable.auto.offset.store=false (forced).
+// librdkafka commits only *stored* offsets, and an offset is stored only after its
+// database transaction committed, so a committed offset never passes an unapplied
+// message. Stored offsets are also committed synchronously when partitions are revoked
+// and on shutdown. A crash between COMMIT and the offset commit redelivers; the inbox row
+// absorbs the redelivery.
+//
+// Handler results:
+//   OK                                          commit, move on
+//   kInvalidArgument, kFailedPrecondition,
+//   kDataLoss (permanent: the message is bad)   roll back; dead-letter (topic + table,
+//                                               inbox row kept so a redelivery is a
+//                                               duplicate); move on
+//   kCancelled                                  roll back; stop this partition (shutdown)
+//   anything else (kUnavailable, ...)           roll back; retry with capped backoff;
+//                                               the partition waits, nothing is skipped
+// Database errors: 40001 serialization failure, 40P01 deadlock, 08xxx/57Pxx/53xxx and a
+// lost connection are kUnavailable (retried); other SQL errors keep the handler's code.
+//
+// Threading: one thread calls Run(); it serves the consumer group (rebalances) and starts
+// one worker thread per assigned partition. Workers share a pool of
+// `max_db_connections` connections (a partition holds one only while it processes a
+// message, not while it backs off). The handler is therefore called concurrently for
+// different partitions and must be thread-safe; for one partition calls are sequential.
+// Stop() and stats() may be called from any thread. A retention thread runs beside them
+// on its own connection.
+//
+// Ownership: the InboxMessage and its views are valid only during the handler call; the
+// Transaction likewise (do not keep it, do not COMMIT/ROLLBACK through it).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+typedef struct pg_conn PGconn;
+typedef struct rd_kafka_s rd_kafka_t;
+
+namespace walrelay::inbox {
+
+// One consumed Kafka record. Views into librdkafka's message: valid during the call only.
+struct InboxMessage {
+  std::string_view topic;
+  int32_t partition = -1;
+  int64_t offset = -1;
+  std::string_view key;    // aggregate_id for walrelay records; empty when null
+  std::string_view value;  // payload
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  // The dedup key: also the idempotency key to hand to external systems (payment
+  // providers, mail APIs): the inbox cannot roll back their effects, see docs/inbox.md.
+  std::string_view event_id;
+
+  // The first header named `name`, or nullopt.
+  std::optional<std::string_view> Header(std::string_view name) const;
+};
+
+// A query parameter in text form; nullopt is SQL NULL.
+struct Param {
+  Param(std::nullopt_t) {}                              // NOLINT: implicit
+  Param(std::string_view v) : value(std::string(v)) {}  // NOLINT: implicit
+  Param(const std::string& v) : value(v) {}             // NOLINT: implicit
+  Param(const char* v) : value(std::string(v)) {}       // NOLINT: implicit
+  Param(int64_t v) : value(std::to_string(v)) {}        // NOLINT: implicit
+  Param(int v) : value(std::to_string(v)) {}            // NOLINT: implicit
+  std::optional<std::string> value;
+};
+
+using Row = std::vector<std::optional<std::string>>;
+
+// The open transaction (inside BEGIN) in which the inbox row was inserted. The handler's
+// writes commit or roll back together with that row. Not thread-safe; valid during the
+// handler call only. Do not issue COMMIT/ROLLBACK/BEGIN through it.
+class Transaction {
+ public:
+  explicit Transaction(PGconn* conn) : conn_(conn) {}
+
+  // Runs one statement with $1.. parameters; returns the affected row count.
+  Result<int64_t> Exec(std::string_view sql, const std::vector<Param>& params = {});
+  // Runs a query; all rows as text (nullopt for NULL).
+  Result<std::vector<Row>> Query(std::string_view sql, const std::vector<Param>& params = {});
+
+  // The connection, for libpq features not wrapped here. Same rules as above.
+  PGconn* connection() const { return conn_; }
+
+ private:
+  PGconn* conn_;
+};
+
+using Handler = std::function<Status(const InboxMessage&, Transaction&)>;
+
+struct InboxOptions {
+  // Kafka. bootstrap, group and at least one topic are required. `properties` are any
+  // librdkafka properties applied over ours (session.timeout.ms, ...); setting
+  // enable.auto.offset.store=true is refused (kInvalidArgument).
+  std::string bootstrap_servers;
+  std::string group_id;
+  std::vector<std::string> topics;
+  std::vector<std::pair<std::string, std::string>> properties;
+
+  // PostgreSQL (keyword/value or URI conninfo) and the logical consumer name: the first
+  // half of the inbox key, so two services reading the same topic dedup independently,
+  // and two processes of one service (any group) dedup against each other.
+  std::string conninfo;
+  std::string consumer_name;
+  int max_db_connections = 4;
+
+  // Dead letters: the Kafka topic (empty: "<consumer_name>.dlq") and a row in
+  // `inbox_dead_letter`.
+  std::string dead_letter_topic;
+  std::chrono::milliseconds dead_letter_timeout{30'000};
+
+  // Transient failures: backoff from initial, doubling, capped at max.
+  std::chrono::milliseconds retry_initial_backoff{100};
+  std::chrono::milliseconds retry_max_backoff{10'000};
+
+  // Retention of inbox rows. Zero keeps rows forever (no retention task). Otherwise it
+  // must be longer than the topic's replay window (checked at Create, see
+  // CheckInboxRetention), and rows older than this are deleted in batches every
+  // `retention_interval`.
+  std::chrono::milliseconds inbox_retention{std::chrono::hours(24 * 14)};
+  std::chrono::milliseconds retention_interval{std::chrono::minutes(5)};
+  int retention_batch = 5000;
+  // The replay window used when the broker does not answer DescribeConfigs for the
+  // topic's retention.ms (e.g. librdkafka's mock cluster). Zero: unknown (then a
+  // non-zero inbox_retention is refused).
+  std::chrono::milliseconds replay_window{0};
+  std::chrono::milliseconds describe_configs_timeout{5'000};
+};
+
+// What the replay-window check decided from, for logs and tests.
+struct ReplayWindow {
+  std::chrono::milliseconds window{0};
+  bool infinite = false;  // retention.ms = -1 on the broker
+  std::string source;     // "broker retention.ms of topic T" or "configured replay_window"
+};
+
+// THE retention rule (the one place it is decided; Create() calls it).
+// An inbox row is the only memory that a message was handled. If the row is deleted while
+// the message can still be delivered again — a consumer group reset to the earliest
+// offset, a new group, an offset commit lost in a crash long ago replays the topic from
+// its oldest record — the redelivery would be applied a second time. Kafka can replay
+// anything it still holds, i.e. up to the topic's retention.ms. So rows must outlive that:
+// inbox_retention > replay window, else kFailedPrecondition (an operator must raise the
+// inbox retention or lower the topic retention). inbox_retention == 0 (keep forever) is
+// always safe. An unknown window (broker silent, nothing configured) is refused as well.
+Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
+                           const std::optional<ReplayWindow>& window);
+
+struct InboxStats {
+  uint64_t applied = 0;        // handler ran and committed
+  uint64_t duplicates = 0;     // inbox row existed: skipped
+  uint64_t dead_lettered = 0;  // poison or permanent handler error
+  uint64_t retries = 0;        // transient failures retried
+  uint64_t retention_deleted = 0;
+};
+
+class InboxConsumer {
+ public:
+  // Validates options, connects the database pool and a Kafka consumer, and checks the
+  // retention rule against the topics' replay window (kFailedPrecondition when the
+  // inbox retention is too short). Does not subscribe yet. `handler` is called from
+  // worker threads until Run() returns.
+  //
+  // Test-only failpoint: WALRELAY_INBOX_FAILPOINT=crash_after_db_commit:N (read here, once)
+  // makes the process SIGKILL itself right after its N-th database COMMIT of a message,
+  // before the offset is stored: the crash window between the two commits.
+  static Result<std::unique_ptr<InboxConsumer>> Create(InboxOptions options, Handler handler);
+
+  // Stops and joins everything still running.
+  ~InboxConsumer();
+  InboxConsumer(const InboxConsumer&) = delete;
+  InboxConsumer& operator=(const InboxConsumer&) = delete;
+
+  // Creates (if missing) `inbox`, its received_at index and `inbox_dead_letter`.
+  // Safe to race from several processes (serialised by an advisory lock).
+  Status EnsureSchema();
+
+  // Subscribes and processes until Stop(). Returns OK after a clean stop (stored offsets
+  // committed, group left), or the error that ended it (e.g. a fatal consumer error).
+  Status Run();
+
+  // Asks Run() to return. Thread-safe, async-signal-unsafe (call from a normal thread).
+  void Stop();
+
+  // Deletes inbox rows of this consumer older than inbox_retention, in batches of
+  // retention_batch, until none is left; returns the number deleted. The retention thread
+  // calls this every retention_interval; exposed for operations and tests.
+  Result<int64_t> RunRetentionOnce();
+
+  InboxStats stats() const;
+
+  // The window CheckInboxRetention was given at Create.
+  const std::optional<ReplayWindow>& replay_window() const;
+
+  class Impl;
+
+ private:
+  explicit InboxConsumer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The topic's replay window from the broker (DescribeConfigs retention.ms, the largest
+// over `topics`), or nullopt when the broker does not answer (kUnavailable-like failures,
+// unsupported request). `rk` is any librdkafka client handle.
+std::optional<ReplayWindow> DescribeReplayWindow(rd_kafka_t* rk,
+                                                 const std::vector<std::string>& topics,
+                                                 std::chrono::milliseconds timeout);
+
+}  // namespace walrelay::inbox
