@@ -92,6 +92,8 @@ Result<PGconn*> Connect(const std::string& conninfo) {
     PQfinish(conn);
     return st;
   }
+  // NOTICEs ("relation already exists, skipping") are not errors; keep them off stderr.
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
   return conn;
 }
 

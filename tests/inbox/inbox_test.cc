@@ -1,0 +1,313 @@
+// Inbox integration tests in one process: a throwaway PostgreSQL (TestCluster) and
+// librdkafka's mock cluster. Issue 5 tests 1 (duplicates), 4 (poison), 5 (transient
+// failure), 6 (retention vs replay window), plus retention deletes and error mapping.
+#include "src/inbox/inbox.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "src/inbox/examples/ledger.h"
+#include "tests/inbox/inbox_test_util.h"
+#include "tests/kafka/test_consumer.h"
+
+namespace walrelay::inbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Event;
+using testing::FastGroupProperties;
+using testing::Payment;
+using testing::ProduceAll;
+using testing::QueryInt;
+using testing::WaitFor;
+using walrelay::testing::TestCluster;
+
+class InboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pg = TestCluster::Start();
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    pg_ = std::move(pg).value();
+    auto kafka = kafka::MockCluster::Create(1);
+    ASSERT_TRUE(kafka.ok()) << kafka.status().ToString();
+    kafka_ = std::move(kafka).value();
+    ASSERT_TRUE(ledger::EnsureLedgerSchema(pg_->conninfo()).ok());
+  }
+
+  InboxOptions Options(const std::string& group, const std::string& topic) {
+    InboxOptions o;
+    o.bootstrap_servers = kafka_->bootstraps();
+    o.group_id = group;
+    o.topics = {topic};
+    o.properties = FastGroupProperties();
+    o.conninfo = pg_->conninfo();
+    o.consumer_name = "ledger";
+    o.retry_initial_backoff = 10ms;
+    o.retry_max_backoff = 200ms;
+    o.inbox_retention = std::chrono::hours(24 * 8);
+    o.replay_window = std::chrono::hours(24 * 7);
+    o.describe_configs_timeout = 2s;
+    return o;
+  }
+
+  // Runs a consumer until `done(stats)` or the timeout; returns the final stats.
+  InboxStats RunUntil(InboxOptions options, Handler handler,
+                      const std::function<bool(const InboxStats&)>& done,
+                      std::chrono::milliseconds timeout = 120s) {
+    auto consumer = InboxConsumer::Create(std::move(options), std::move(handler));
+    EXPECT_TRUE(consumer.ok()) << consumer.status().ToString();
+    if (!consumer.ok()) return {};
+    InboxConsumer& c = **consumer;
+    EXPECT_TRUE(c.EnsureSchema().ok());
+    Status run_status;
+    std::thread runner([&] { run_status = c.Run(); });
+    EXPECT_TRUE(WaitFor([&] { return done(c.stats()); }, timeout));
+    c.Stop();
+    runner.join();
+    EXPECT_TRUE(run_status.ok()) << run_status.ToString();
+    return c.stats();
+  }
+
+  std::unique_ptr<TestCluster> pg_;
+  std::unique_ptr<kafka::MockCluster> kafka_;
+};
+
+// Issue test 1: the same 10k events produced twice → exactly 10k effects, exact balances;
+// then a new group replays the whole topic (an offset reset): all duplicates.
+TEST_F(InboxTest, SameEventsDeliveredTwiceApplyOnce) {
+  constexpr int kEvents = 10'000;
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 4).ok());
+  std::vector<Event> events;
+  std::map<std::string, int64_t> expected;
+  for (int i = 0; i < kEvents; ++i) {
+    events.push_back(Payment(i));
+    expected["w" + std::to_string(i % 100)] += i + 1;
+  }
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+
+  InboxStats s =
+      RunUntil(Options("g1", "payments"), &ledger::CreditWallet,
+               [](const InboxStats& s) { return s.applied + s.duplicates >= 2 * kEvents; });
+  EXPECT_EQ(s.applied, static_cast<uint64_t>(kEvents));
+  EXPECT_EQ(s.duplicates, static_cast<uint64_t>(kEvents));
+  EXPECT_EQ(s.dead_lettered, 0u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), kEvents);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(DISTINCT event_id) FROM wallet_credit"), kEvents);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'ledger'"), kEvents);
+  auto rows = pg_->Query("SELECT id, balance FROM wallet ORDER BY id");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), expected.size());
+  for (const auto& row : *rows) EXPECT_EQ(std::stoll(*row[1]), expected[*row[0]]) << *row[0];
+
+  // Offset reset / new group, same consumer name: everything is a duplicate.
+  InboxStats replay = RunUntil(Options("g2", "payments"), &ledger::CreditWallet,
+                               [](const InboxStats& s) { return s.duplicates >= 2 * kEvents; });
+  EXPECT_EQ(replay.applied, 0u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), kEvents);
+}
+
+// Issue test 4: a poison message (no event id, not JSON) and a payment the handler
+// refuses (permanent error) are dead-lettered with their reasons; the partition goes on.
+TEST_F(InboxTest, PoisonMessageIsDeadLetteredAndPartitionContinues) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  ASSERT_TRUE(kafka_->CreateTopic("ledger.dlq", 1).ok());
+  std::vector<Event> events = {
+      Payment(1),
+      {"", "w-poison", "\x01not json"},
+      {"evt-bad", "w2", R"({"wallet":5})"},
+      // Table-less envelope: no header, the event id is inside the JSON value.
+      {"", "w3", R"({"event_id":"evt-env","payload":{"wallet":"w3","amount":7}})"},
+      Payment(2),
+  };
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  InboxStats s = RunUntil(Options("g", "payments"), &ledger::CreditWallet,
+                          [](const InboxStats& s) { return s.applied + s.dead_lettered >= 5; });
+  EXPECT_EQ(s.applied, 3u);
+  EXPECT_EQ(s.dead_lettered, 2u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), 3);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT balance FROM wallet WHERE id = 'w3'"), 7);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit WHERE event_id = 'evt-2'"), 1);
+
+  auto rows = pg_->Query(
+      "SELECT message_id, topic, \"partition\", \"offset\", reason, "
+      "convert_from(key, 'UTF8'), headers->>'event_type' FROM inbox_dead_letter ORDER BY id");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_FALSE((*rows)[0][0].has_value());
+  EXPECT_EQ(*(*rows)[0][1], "payments");
+  EXPECT_EQ(*(*rows)[0][2], "0");
+  EXPECT_EQ(*(*rows)[0][3], "1");
+  EXPECT_NE((*rows)[0][4]->find("no event_id header and the value is not JSON"), std::string::npos)
+      << *(*rows)[0][4];
+  EXPECT_EQ(*(*rows)[0][5], "w-poison");
+  EXPECT_EQ(*(*rows)[0][6], "payment");
+  EXPECT_EQ(*(*rows)[1][0], "evt-bad");
+  EXPECT_NE((*rows)[1][4]->find("no \"wallet\" string"), std::string::npos) << *(*rows)[1][4];
+  // The refused event's inbox row records the decision: a redelivery is a duplicate.
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE message_id = 'evt-bad'"), 1);
+
+  auto dlq = kafka::testing::ConsumeAll(kafka_->bootstraps(), "ledger.dlq", 1, 2, 20s);
+  ASSERT_EQ(dlq.size(), 2u);
+  auto header = [](const kafka::testing::ConsumedRecord& r, const std::string& name) {
+    for (const auto& [n, v] : r.headers) {
+      if (n == name) return v;
+    }
+    return std::string("<absent>");
+  };
+  EXPECT_EQ(dlq[0].key, "w-poison");
+  EXPECT_EQ(dlq[0].value, "\x01not json");
+  EXPECT_EQ(header(dlq[0], "event_type"), "payment");
+  EXPECT_EQ(header(dlq[0], "walrelay.dlq.source_topic"), "payments");
+  EXPECT_EQ(header(dlq[0], "walrelay.dlq.source_partition"), "0");
+  EXPECT_EQ(header(dlq[0], "walrelay.dlq.source_offset"), "1");
+  EXPECT_NE(header(dlq[0], "walrelay.dlq.reason").find("poison"), std::string::npos);
+  EXPECT_EQ(header(dlq[1], "event_id"), "evt-bad");
+  EXPECT_EQ(header(dlq[1], "walrelay.dlq.source_offset"), "2");
+  EXPECT_NE(header(dlq[1], "walrelay.dlq.reason").find("INVALID_ARGUMENT"), std::string::npos)
+      << header(dlq[1], "walrelay.dlq.reason");
+}
+
+// Issue test 5: transient failures (handler kUnavailable, a serialization failure, a lost
+// connection) are rolled back and retried; each event is applied exactly once, in order.
+TEST_F(InboxTest, TransientFailuresAreRetriedAndAppliedOnce) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  std::vector<Event> events = {Payment(0), Payment(1), Payment(2), Payment(3)};
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+
+  std::mutex mu;
+  std::map<std::string, int> attempts;
+  std::vector<std::string> applied_order;
+  Handler flaky = [&](const InboxMessage& m, Transaction& tx) -> Status {
+    int attempt;
+    {
+      std::lock_guard lock(mu);
+      attempt = ++attempts[std::string(m.event_id)];
+    }
+    // The handler's write happens before the failure: the rollback must undo it.
+    WALRELAY_RETURN_IF_ERROR(ledger::CreditWallet(m, tx));
+    if (m.event_id == "evt-0" && attempt <= 3) return UnavailableError("payment service down");
+    if (m.event_id == "evt-1" && attempt == 1) {
+      auto r = tx.Exec("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
+      if (!r.ok()) return r.status();
+    }
+    if (m.event_id == "evt-2" && attempt == 1) {
+      auto r = tx.Query("SELECT pg_terminate_backend(pg_backend_pid())");
+      if (!r.ok()) return r.status();
+    }
+    std::lock_guard lock(mu);
+    applied_order.emplace_back(m.event_id);
+    return Status::Ok();
+  };
+  InboxStats s =
+      RunUntil(Options("g", "payments"), flaky, [](const InboxStats& s) { return s.applied >= 4; });
+  EXPECT_EQ(s.applied, 4u);
+  EXPECT_EQ(s.dead_lettered, 0u);
+  EXPECT_EQ(s.retries, 5u);
+  EXPECT_EQ(attempts["evt-0"], 4);
+  EXPECT_EQ(attempts["evt-1"], 2);
+  EXPECT_EQ(attempts["evt-2"], 2);
+  EXPECT_EQ(attempts["evt-3"], 1);
+  EXPECT_EQ(applied_order, (std::vector<std::string>{"evt-0", "evt-1", "evt-2", "evt-3"}));
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), 4);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT sum(balance) FROM wallet"), 1 + 2 + 3 + 4);
+}
+
+// Issue test 6: an inbox retention shorter than the replay window is refused at start.
+TEST_F(InboxTest, RetentionShorterThanReplayWindowIsRefused) {
+  InboxOptions o = Options("g", "payments");
+  o.inbox_retention = std::chrono::hours(1);
+  o.replay_window = std::chrono::hours(24 * 7);
+  auto c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("inbox retention 3600000 ms is not longer than the topic's "
+                                      "replay window 604800000 ms"),
+            std::string::npos)
+      << c.status().message();
+
+  // The broker does not answer and nothing is configured: refused as well.
+  o.replay_window = 0ms;
+  c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("did not answer"), std::string::npos) << c.status().message();
+
+  // Longer than the window: accepted. librdkafka 2.0.2's mock does not serve
+  // DescribeConfigs, so the window is the configured one.
+  o.inbox_retention = std::chrono::hours(24 * 8);
+  o.replay_window = std::chrono::hours(24 * 7);
+  c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->replay_window().has_value());
+  EXPECT_EQ((*c)->replay_window()->source, "configured replay_window");
+
+  // Keeping inbox rows forever needs no window.
+  o.inbox_retention = 0ms;
+  o.replay_window = 0ms;
+  EXPECT_TRUE(InboxConsumer::Create(o, &ledger::CreditWallet).ok());
+}
+
+// The decision itself, including the broker path the mock cannot exercise.
+TEST(CheckInboxRetentionTest, BrokerWindow) {
+  const ReplayWindow week{std::chrono::hours(24 * 7), false, "broker retention.ms of topic t"};
+  Status st = CheckInboxRetention(std::chrono::hours(24), week);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("broker retention.ms of topic t"), std::string::npos);
+  EXPECT_EQ(CheckInboxRetention(std::chrono::hours(24 * 7), week).code(),
+            StatusCode::kFailedPrecondition);  // equal is not longer
+  EXPECT_TRUE(CheckInboxRetention(std::chrono::hours(24 * 8), week).ok());
+  const ReplayWindow forever{0ms, true, "broker retention.ms of topic t"};
+  EXPECT_EQ(CheckInboxRetention(std::chrono::hours(24 * 365), forever).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckInboxRetention(0ms, forever).ok());
+  EXPECT_TRUE(CheckInboxRetention(0ms, std::nullopt).ok());
+  EXPECT_EQ(CheckInboxRetention(1ms, std::nullopt).code(), StatusCode::kFailedPrecondition);
+}
+
+// The mock does not answer DescribeConfigs: DescribeReplayWindow says "unknown" (nullopt)
+// instead of guessing, within its timeout.
+TEST_F(InboxTest, DescribeReplayWindowAgainstMockIsUnknown) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  InboxOptions o = Options("g", "payments");
+  auto c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->replay_window()->source, "configured replay_window");
+}
+
+// Retention deletes only this consumer's expired rows, in batches.
+TEST_F(InboxTest, RetentionDeletesExpiredRowsInBatches) {
+  InboxOptions o = Options("g", "payments");
+  o.retention_batch = 7;
+  auto c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->EnsureSchema().ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO inbox SELECT 'ledger', 'old-' || i, now() - interval '9 days' "
+                        "FROM generate_series(1, 50) i;"
+                        "INSERT INTO inbox SELECT 'ledger', 'new-' || i, now() - interval '1 day' "
+                        "FROM generate_series(1, 5) i;"
+                        "INSERT INTO inbox SELECT 'other', 'old-' || i, now() - interval '9 days' "
+                        "FROM generate_series(1, 3) i;")
+                  .ok());
+  auto n = (*c)->RunRetentionOnce();
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 50);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'ledger'"), 5);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'other'"), 3);
+}
+
+TEST_F(InboxTest, ConflictingOffsetPropertiesAreRefused) {
+  InboxOptions o = Options("g", "payments");
+  o.properties.emplace_back("enable.auto.offset.store", "true");
+  auto c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace walrelay::inbox
