@@ -1,0 +1,115 @@
+// The names and HELP texts of every metric walrelay exports, in one place, so that the
+// relay, the slot guard, `walrelay lag --prometheus` and the Grafana dashboard
+// (docker/grafana/walrelay-dashboard.json) cannot drift apart. Prometheus conventions:
+// base units (bytes, seconds), counters end in _total.
+//
+// LSNs are exported as gauges of their 64-bit value; a double holds them exactly up to
+// 2^53 bytes of WAL (8 PiB), enough for any real server.
+#pragma once
+
+#include <string_view>
+
+namespace walrelay::relay::metric_names {
+
+struct MetricName {
+  std::string_view name;
+  std::string_view help;
+};
+
+// --- relay pipeline (RelayStats)
+inline constexpr MetricName kEventsProduced{"walrelay_events_produced_total",
+                                            "Events handed to the Kafka producer."};
+inline constexpr MetricName kEventsPublished{"walrelay_events_published_total",
+                                             "Events acknowledged by Kafka (delivery report OK)."};
+inline constexpr MetricName kEventsDeadLettered{
+    "walrelay_events_dead_lettered_total",
+    "Unmappable events written to the dead-letter table (then confirmed)."};
+// Label kind = update | delete | truncate | message.
+inline constexpr MetricName kEventsSkipped{
+    "walrelay_events_skipped_total",
+    "Changes seen but not published, by kind (update, delete, truncate, foreign message)."};
+inline constexpr MetricName kTransactions{"walrelay_transactions_total",
+                                          "Committed transactions received from the slot."};
+inline constexpr MetricName kReceivedBytes{"walrelay_received_bytes_total",
+                                           "pgoutput payload bytes received from the slot."};
+inline constexpr MetricName kRestarts{"walrelay_restarts_total",
+                                      "Sessions torn down and restarted from confirmed_flush_lsn."};
+inline constexpr MetricName kInFlightEvents{"walrelay_in_flight_events",
+                                            "Events produced and not yet acknowledged."};
+inline constexpr MetricName kInFlightBytes{"walrelay_in_flight_bytes",
+                                           "Bytes of events produced and not yet acknowledged."};
+inline constexpr MetricName kFlushLsn{
+    "walrelay_flush_lsn", "Last LSN confirmed to PostgreSQL (flush position), as a number."};
+inline constexpr MetricName kReceivedLsn{"walrelay_received_lsn",
+                                         "Last LSN received from the slot, as a number."};
+inline constexpr MetricName kServerWalEndLsn{
+    "walrelay_server_wal_end_lsn", "Server WAL end reported in the last keepalive, as a number."};
+inline constexpr MetricName kFlushLagBytes{
+    "walrelay_flush_lag_bytes",
+    "Server WAL end minus the confirmed flush LSN: WAL not yet confirmed by the relay."};
+inline constexpr MetricName kStreaming{
+    "walrelay_streaming", "1 while a replication session is streaming, else 0 (connection state)."};
+// Histograms (seconds; metrics::DefaultLatencyBuckets()).
+inline constexpr MetricName kProduceLatency{"walrelay_produce_latency_seconds",
+                                            "Time from produce() to the Kafka delivery report."};
+inline constexpr MetricName kCommitToAckLatency{
+    "walrelay_commit_to_ack_latency_seconds",
+    "Time from the transaction's commit timestamp to the Kafka ack of its last event."};
+
+// --- heartbeats
+inline constexpr MetricName kHeartbeatsSent{
+    "walrelay_heartbeats_sent_total", "Heartbeat messages emitted with pg_logical_emit_message."};
+inline constexpr MetricName kHeartbeatsReceived{"walrelay_heartbeats_received_total",
+                                                "Heartbeat messages seen in the stream."};
+inline constexpr MetricName kHeartbeatLag{
+    "walrelay_heartbeat_lag_seconds",
+    "End-to-end lag of the last heartbeat seen in the stream (receive time minus emit time)."};
+inline constexpr MetricName kLastHeartbeat{
+    "walrelay_last_heartbeat_timestamp_seconds",
+    "Unix time at which the last heartbeat was seen in the stream."};
+
+// --- lost-slot recovery
+inline constexpr MetricName kSlotRecoveries{
+    "walrelay_slot_recoveries_total",
+    "Times the slot was found lost or missing and recreated, re-publishing from the outbox."};
+
+// --- slot guard (SlotGuard) and `walrelay lag --prometheus`; label slot = slot name
+// (`walrelay lag` adds plugin, database and slot_type).
+inline constexpr MetricName kSlotRetainedBytes{
+    "walrelay_slot_retained_bytes",
+    "pg_current_wal_lsn() minus the slot's restart_lsn: WAL the slot keeps on disk."};
+inline constexpr MetricName kSlotConfirmedLagBytes{
+    "walrelay_slot_confirmed_lag_bytes",
+    "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn."};
+inline constexpr MetricName kSlotSafeWalSize{
+    "walrelay_slot_safe_wal_size_bytes",
+    "Bytes of WAL that can still be written before the slot is invalidated; -1 when "
+    "max_slot_wal_keep_size is unlimited."};
+// Label status = reserved | extended | unreserved | lost; 1 for the current one.
+inline constexpr MetricName kSlotWalStatus{"walrelay_slot_wal_status",
+                                           "The slot's wal_status: 1 for the current value."};
+// Label state = ok | warn | critical | lost | missing; 1 for the current one.
+inline constexpr MetricName kSlotState{
+    "walrelay_slot_state", "Slot guard state against the thresholds: 1 for the current state."};
+inline constexpr MetricName kSlotActive{"walrelay_slot_active",
+                                        "1 if a connection is reading the slot, else 0."};
+inline constexpr MetricName kSlotWarnThreshold{
+    "walrelay_slot_warn_threshold_bytes",
+    "Warn threshold on retained bytes (resolved); -1 when none applies."};
+inline constexpr MetricName kSlotCriticalThreshold{
+    "walrelay_slot_critical_threshold_bytes",
+    "Critical threshold on retained bytes (resolved); -1 when none applies."};
+inline constexpr MetricName kMaxSlotWalKeepSize{
+    "walrelay_server_max_slot_wal_keep_size_bytes",
+    "The server's max_slot_wal_keep_size in bytes; -1 = unlimited (disk-fill risk)."};
+inline constexpr MetricName kSlotGuardPolls{"walrelay_slot_guard_polls_total",
+                                            "Slot guard polls attempted."};
+inline constexpr MetricName kSlotGuardErrors{"walrelay_slot_guard_errors_total",
+                                             "Slot guard polls that failed (connection or query)."};
+inline constexpr MetricName kSlotGuardLastPoll{"walrelay_slot_guard_last_success_timestamp_seconds",
+                                               "Unix time of the last successful slot guard poll."};
+// `walrelay lag --prometheus` only: the check's exit code (0 ok, 1 warn, 2 critical).
+inline constexpr MetricName kLagCheckStatus{"walrelay_lag_check_status",
+                                            "Result of `walrelay lag`: 0 ok, 1 warn, 2 critical."};
+
+}  // namespace walrelay::relay::metric_names

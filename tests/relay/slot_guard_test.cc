@@ -1,0 +1,398 @@
+// Slot guard, thresholds and startup checks. The pure parts (sizes, thresholds,
+// EvaluateSlot) run without a server; the rest against a throwaway PostgreSQL 15
+// (TestCluster): a slot created and never read while the database churns crosses warn,
+// then critical; a small max_slot_wal_keep_size gets a slot invalidated ('lost').
+#include "src/relay/slot_guard.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "src/metrics/registry.h"
+#include "src/relay/metric_names.h"
+#include "tests/support/pg_cluster.h"
+
+namespace walrelay::relay {
+namespace {
+
+using testing::TestCluster;
+namespace mn = metric_names;
+
+constexpr uint64_t kMB = 1024 * 1024;
+
+// ---------------------------------------------------------------------------- pure
+
+TEST(ByteSizeTest, ParsesUnitsAndFormatsHumanReadable) {
+  EXPECT_EQ(*ParseByteSize("1048576"), kMB);
+  EXPECT_EQ(*ParseByteSize("512MB"), 512 * kMB);
+  EXPECT_EQ(*ParseByteSize("512 mb"), 512 * kMB);
+  EXPECT_EQ(*ParseByteSize("1.5GB"), 1536 * kMB);
+  EXPECT_EQ(*ParseByteSize("64kB"), 64u * 1024);
+  EXPECT_EQ(*ParseByteSize("2GiB"), 2048 * kMB);
+  EXPECT_EQ(*ParseByteSize("1TB"), 1024 * 1024 * kMB);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("12XB").ok());
+  EXPECT_FALSE(ParseByteSize("-5MB").ok());
+  EXPECT_FALSE(ParseByteSize("MB").ok());
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 kB");
+  EXPECT_EQ(FormatBytes(16 * kMB), "16.0 MB");
+  EXPECT_EQ(FormatBytes(300 * kMB), "300 MB");
+  EXPECT_EQ(FormatBytes(3 * 1024 * kMB + 256 * kMB), "3.25 GB");
+}
+
+TEST(ThresholdTest, BytesOrFractionOfMaxSlotWalKeepSize) {
+  auto b = Threshold::Parse("512MB");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->kind, Threshold::Kind::kBytes);
+  EXPECT_EQ(b->Resolve(-1), 512 * kMB);
+  auto f = Threshold::Parse("0.5");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->kind, Threshold::Kind::kFraction);
+  EXPECT_EQ(f->Resolve(64 * kMB), 32 * kMB);
+  EXPECT_EQ(f->Resolve(-1), std::nullopt);  // a fraction of unlimited does not apply
+  EXPECT_EQ(Threshold::Parse("80%")->Resolve(100), 80u);
+  EXPECT_EQ(Threshold::Parse("none")->kind, Threshold::Kind::kNone);
+  EXPECT_EQ(Threshold::Parse("")->Resolve(100), std::nullopt);
+  EXPECT_FALSE(Threshold::Parse("1.5").ok());
+  EXPECT_FALSE(Threshold::Parse("0").ok() &&
+               Threshold::Parse("0")->kind != Threshold::Kind::kBytes);
+  EXPECT_FALSE(Threshold::Parse("150%").ok());
+  EXPECT_FALSE(Threshold::Parse("lots").ok());
+  EXPECT_EQ(Threshold::Parse("0.25")->ToString(), "0.25 of max_slot_wal_keep_size");
+}
+
+slot::SlotInfo FakeSlot(uint64_t current, uint64_t restart, std::string wal_status = "reserved") {
+  slot::SlotInfo s;
+  s.slot_name = "s";
+  s.slot_type = "logical";
+  s.current_wal_lsn = Lsn(current);
+  s.restart_lsn = Lsn(restart);
+  s.confirmed_flush_lsn = Lsn(restart);
+  s.wal_status = std::move(wal_status);
+  return s;
+}
+
+TEST(EvaluateSlotTest, StatesFollowRetainedBytesAndWalStatus) {
+  const Threshold warn = Threshold::Bytes(10 * kMB);
+  const Threshold crit = Threshold::Fraction(0.5);
+  const int64_t keep = 100 * kMB;  // critical resolves to 50 MB
+  EXPECT_EQ(EvaluateSlot(FakeSlot(5 * kMB, 0), keep, warn, crit).state, SlotState::kOk);
+  EXPECT_EQ(EvaluateSlot(FakeSlot(10 * kMB, 0), keep, warn, crit).state, SlotState::kWarn);
+  auto c = EvaluateSlot(FakeSlot(60 * kMB, 0), keep, warn, crit);
+  EXPECT_EQ(c.state, SlotState::kCritical);
+  EXPECT_EQ(c.critical_bytes, 50 * kMB);
+  EXPECT_EQ(c.measured_bytes, 60 * kMB);
+  EXPECT_EQ(EvaluateSlot(FakeSlot(60 * kMB, 0), -1, warn, crit).state, SlotState::kWarn);
+  EXPECT_EQ(EvaluateSlot(FakeSlot(1, 0, "unreserved"), keep, warn, crit).state,
+            SlotState::kCritical);
+  slot::SlotInfo lost = FakeSlot(1, 0, "lost");
+  lost.restart_lsn.reset();
+  EXPECT_EQ(EvaluateSlot(lost, keep, warn, crit).state, SlotState::kLost);
+  EXPECT_EQ(EvaluateSlot(FakeSlot(1 << 30, 0), keep, Threshold::None(), Threshold::None()).state,
+            SlotState::kOk);
+  EXPECT_EQ(SlotStateSeverity(SlotState::kLost), 2);
+  EXPECT_EQ(SlotStateName(SlotState::kMissing), "missing");
+}
+
+// ---------------------------------------------------------------------------- server
+
+// Writes about `mb` MB of WAL.
+void Churn(TestCluster& c, int mb) {
+  ASSERT_TRUE(c.Exec("INSERT INTO churn(pad) SELECT repeat(md5(g::text), 28) FROM "
+                     "generate_series(1, " +
+                     std::to_string(mb * 900) + ") g")
+                  .ok());
+}
+
+class SlotGuardTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto c = TestCluster::Start();
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(c).value().release();
+    ASSERT_TRUE(cluster_
+                    ->Exec("CREATE TABLE churn (id bigserial PRIMARY KEY, pad text);"
+                           "CREATE TABLE outbox (id bigserial PRIMARY KEY, payload text);"
+                           "CREATE TABLE other (id int PRIMARY KEY);"
+                           "CREATE ROLE norepl LOGIN;")
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static TestCluster* cluster_;
+};
+TestCluster* SlotGuardTest::cluster_ = nullptr;
+
+TEST_F(SlotGuardTest, UnreadSlotCrossesWarnThenCriticalWithMetrics) {
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('guard_slot', 'pgoutput')").ok());
+  metrics::Registry registry;
+  std::mutex mu;
+  std::vector<std::pair<SlotState, SlotState>> changes;
+  SlotGuardOptions o;
+  o.conninfo = cluster_->conninfo();
+  o.slot = "guard_slot";
+  o.warn = *Threshold::Parse("4MB");
+  o.critical = *Threshold::Parse("12MB");
+  o.registry = &registry;
+  o.on_change = [&](SlotState from, SlotState to, const slot::SlotInfo* s) {
+    EXPECT_EQ(s == nullptr, to == SlotState::kMissing);
+    std::lock_guard lock(mu);
+    changes.emplace_back(from, to);
+  };
+  SlotGuard guard(o);
+  auto st = guard.Poll();
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(*st, SlotState::kOk);
+
+  std::vector<SlotState> seen = {SlotState::kOk};
+  for (int i = 0; i < 40 && guard.state() != SlotState::kCritical; ++i) {
+    Churn(*cluster_, 1);
+    st = guard.Poll();
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    if (*st != seen.back()) seen.push_back(*st);
+  }
+  EXPECT_EQ(seen, (std::vector<SlotState>{SlotState::kOk, SlotState::kWarn, SlotState::kCritical}));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(changes.size(), 3u);  // start->ok, ok->warn, warn->critical
+    EXPECT_EQ(changes[1], std::make_pair(SlotState::kOk, SlotState::kWarn));
+    EXPECT_EQ(changes[2], std::make_pair(SlotState::kWarn, SlotState::kCritical));
+  }
+  auto snap = guard.last();
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_TRUE(snap->slot.has_value());
+  EXPECT_GE(*snap->slot->retained_wal_bytes(), 12 * kMB);
+  EXPECT_FALSE(snap->slot->active);
+
+  auto parsed = metrics::ParseExposition(registry.Render());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const metrics::Labels slot = {{"slot", "guard_slot"}};
+  const auto* retained = parsed->Find(mn::kSlotRetainedBytes.name.data(), slot);
+  ASSERT_NE(retained, nullptr);
+  EXPECT_GE(retained->value, 12.0 * kMB);
+  EXPECT_EQ(
+      parsed
+          ->Find(std::string(mn::kSlotState.name), {{"slot", "guard_slot"}, {"state", "critical"}})
+          ->value,
+      1);
+  EXPECT_EQ(
+      parsed->Find(std::string(mn::kSlotState.name), {{"slot", "guard_slot"}, {"state", "ok"}})
+          ->value,
+      0);
+  EXPECT_EQ(parsed
+                ->Find(std::string(mn::kSlotWalStatus.name),
+                       {{"slot", "guard_slot"}, {"status", "reserved"}})
+                ->value,
+            1);
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotCriticalThreshold.name), slot)->value, 12.0 * kMB);
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotSafeWalSize.name), slot)->value, -1);  // unlimited
+  EXPECT_EQ(parsed->Find(std::string(mn::kMaxSlotWalKeepSize.name))->value, -1);
+  EXPECT_GE(parsed->Find(std::string(mn::kSlotGuardPolls.name), slot)->value, 3);
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotGuardErrors.name), slot)->value, 0);
+  EXPECT_TRUE(registry.errors().empty());
+
+  // Advancing the slot confirms everything: the confirmed lag drops (restart_lsn, and so
+  // the retained bytes, follow only once the server logs a new running-xacts record).
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_replication_slot_advance('guard_slot', pg_current_wal_lsn())")
+          .ok());
+  ASSERT_TRUE(guard.Poll().ok());
+  EXPECT_LT(*guard.last()->slot->confirmed_lag_bytes(), kMB);
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('guard_slot')").ok());
+  st = guard.Poll();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(*st, SlotState::kMissing);
+}
+
+TEST_F(SlotGuardTest, ThreadPollsAndStops) {
+  SlotGuardOptions o;
+  o.conninfo = cluster_->conninfo();
+  o.slot = "no_such_slot";
+  o.interval = std::chrono::milliseconds(50);
+  SlotGuard guard(o);
+  guard.Start();
+  for (int i = 0; i < 200 && guard.state() != SlotState::kMissing; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(guard.state(), SlotState::kMissing);
+  guard.Stop();
+  guard.Stop();
+}
+
+TEST_F(SlotGuardTest, UnreachableServerKeepsStateAndCountsErrors) {
+  metrics::Registry registry;
+  SlotGuardOptions o;
+  o.conninfo = "host=127.0.0.1 port=1 connect_timeout=2";
+  o.slot = "x";
+  o.registry = &registry;
+  SlotGuard guard(o);
+  auto st = guard.Poll();
+  EXPECT_EQ(st.status().code(), StatusCode::kUnavailable) << st.status().ToString();
+  EXPECT_EQ(guard.state(), SlotState::kOk);
+  EXPECT_FALSE(guard.last_error().ok());
+  auto parsed = metrics::ParseExposition(registry.Render());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotGuardErrors.name))->value, 1);
+}
+
+RelayConfig ConfigFor(const TestCluster& c) {
+  RelayConfig config;
+  config.source_dsn = c.conninfo();
+  config.slot = "startup_slot";
+  config.publication = "startup_pub";
+  config.tables = {"public.outbox"};
+  return config;
+}
+
+TEST_F(SlotGuardTest, StartupChecksPassWithALoudKeepSizeWarning) {
+  RelayConfig config = ConfigFor(*cluster_);
+  auto r = StartupChecks(config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->slot.has_value());
+  EXPECT_FALSE(r->publication_exists);
+  ASSERT_FALSE(r->warnings.empty());
+  EXPECT_NE(r->warnings[0].find("max_slot_wal_keep_size = -1"), std::string::npos);
+  EXPECT_NE(r->warnings[0].find("fill the server's disk"), std::string::npos);
+  EXPECT_NE(r->warnings[0].find("ALTER SYSTEM SET max_slot_wal_keep_size"), std::string::npos);
+  // A fraction threshold cannot apply to an unlimited keep size: warned too.
+  StartupCheckOptions opts;
+  opts.critical = Threshold::Fraction(0.8);
+  r = StartupChecks(config, opts);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->warnings.size(), 2u);
+}
+
+TEST_F(SlotGuardTest, StartupChecksNameTheFix) {
+  RelayConfig config = ConfigFor(*cluster_);
+  // No REPLICATION privilege.
+  config.source_dsn = cluster_->conninfo_for_user("norepl");
+  Status st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
+  EXPECT_NE(st.message().find("ALTER ROLE norepl REPLICATION"), std::string::npos) << st.message();
+
+  // Slot missing and create_slot off.
+  config = ConfigFor(*cluster_);
+  config.create_slot = false;
+  st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("pg_create_logical_replication_slot('startup_slot', 'pgoutput')"),
+            std::string::npos)
+      << st.message();
+
+  // Publication without the outbox table.
+  ASSERT_TRUE(cluster_->Exec("CREATE PUBLICATION startup_pub FOR TABLE other").ok());
+  config = ConfigFor(*cluster_);
+  st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("ALTER PUBLICATION startup_pub ADD TABLE public.outbox"),
+            std::string::npos)
+      << st.message();
+  ASSERT_TRUE(cluster_->Exec("ALTER PUBLICATION startup_pub ADD TABLE outbox").ok());
+  auto ok = StartupChecks(config);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->publication_exists);
+
+  // Missing table.
+  config.tables = {"public.nope"};
+  EXPECT_EQ(StartupChecks(config).status().code(), StatusCode::kNotFound);
+
+  // A physical slot under the configured name.
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_create_physical_replication_slot('phys_slot')").ok());
+  config = ConfigFor(*cluster_);
+  config.slot = "phys_slot";
+  st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('phys_slot')").ok());
+
+  // Unreachable server.
+  config.source_dsn = "host=127.0.0.1 port=1 connect_timeout=2";
+  EXPECT_EQ(StartupChecks(config).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(StartupChecksWalLevelTest, ReplicaIsRefusedWithTheFix) {
+  TestCluster::Options options;
+  options.settings = {"wal_level=replica"};
+  auto c = TestCluster::Start(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  RelayConfig config = ConfigFor(**c);
+  Status st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("ALTER SYSTEM SET wal_level = logical"), std::string::npos);
+  EXPECT_NE(st.message().find("restart"), std::string::npos);
+}
+
+// Invalidates `slot` on a cluster with a tiny max_slot_wal_keep_size: write WAL, switch
+// segments and checkpoint until the checkpoint removes WAL the slot needs.
+void LoseSlot(TestCluster& c, const std::string& slot) {
+  for (int i = 0; i < 30; ++i) {
+    auto status = c.QueryScalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = '" +
+                                slot + "'");
+    ASSERT_TRUE(status.ok()) << status.status().ToString();
+    if (*status == "lost") return;
+    Churn(c, 1);
+    ASSERT_TRUE(c.Exec("SELECT pg_switch_wal()").ok());
+    ASSERT_TRUE(c.Exec("CHECKPOINT").ok());
+  }
+  FAIL() << "slot " << slot << " was not invalidated\n" << c.ServerLogTail();
+}
+
+TEST(SlotGuardLostTest, InvalidatedSlotIsLostForGuardAndStartupChecks) {
+  TestCluster::Options options;
+  options.settings = {"max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB"};
+  auto c = TestCluster::Start(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  TestCluster& cluster = **c;
+  ASSERT_TRUE(cluster
+                  .Exec("CREATE TABLE churn (id bigserial PRIMARY KEY, pad text);"
+                        "CREATE TABLE outbox (id bigserial PRIMARY KEY, payload text);"
+                        "CREATE PUBLICATION lost_pub FOR TABLE outbox;")
+                  .ok());
+  // A slot cannot be created in a transaction that wrote: a statement of its own.
+  ASSERT_TRUE(
+      cluster.Exec("SELECT pg_create_logical_replication_slot('lost_slot', 'pgoutput')").ok());
+  metrics::Registry registry;
+  SlotGuardOptions o;
+  o.conninfo = cluster.conninfo();
+  o.slot = "lost_slot";
+  o.warn = Threshold::Fraction(0.5);
+  o.critical = Threshold::Fraction(0.9);
+  o.registry = &registry;
+  SlotGuard guard(o);
+  ASSERT_TRUE(guard.Poll().ok());
+  ASSERT_NE(guard.last()->slot->safe_wal_size, std::nullopt);  // bounded keep size
+
+  LoseSlot(cluster, "lost_slot");
+  auto st = guard.Poll();
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(*st, SlotState::kLost);
+  auto parsed = metrics::ParseExposition(registry.Render());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotState.name), {{"state", "lost"}})->value, 1);
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotWalStatus.name), {{"status", "lost"}})->value, 1);
+  EXPECT_EQ(parsed->Find(std::string(mn::kMaxSlotWalKeepSize.name))->value, 1.0 * kMB);
+  EXPECT_EQ(parsed->Find(std::string(mn::kSlotWarnThreshold.name))->value, 0.5 * kMB);
+
+  RelayConfig config;
+  config.source_dsn = cluster.conninfo();
+  config.slot = "lost_slot";
+  config.publication = "lost_pub";
+  config.tables = {"outbox"};
+  Status err = StartupChecks(config).status();
+  EXPECT_EQ(err.code(), StatusCode::kFailedPrecondition) << err.ToString();
+  EXPECT_NE(err.message().find("wal_status 'lost'"), std::string::npos) << err.message();
+  EXPECT_NE(err.message().find("pg_drop_replication_slot('lost_slot')"), std::string::npos);
+  StartupCheckOptions recover;
+  recover.lost_slot_is_error = false;
+  auto report = StartupChecks(config, recover);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->slot_lost);
+  EXPECT_TRUE(report->warnings.empty() == false);
+}
+
+}  // namespace
+}  // namespace walrelay::relay
