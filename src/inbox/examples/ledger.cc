@@ -12,6 +12,8 @@ Status EnsureLedgerSchema(const std::string& conninfo) {
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     return UnavailableError(std::string("ledger: connect: ") + PQerrorMessage(conn.get()));
   }
+  PQsetNoticeProcessor(
+      conn.get(), [](void*, const char*) {}, nullptr);
   std::unique_ptr<PGresult, decltype(&PQclear)> res(
       PQexec(conn.get(),
              "BEGIN;"
