@@ -1,6 +1,7 @@
 // walrelay: the command-line program. Subcommands:
 //   run               stream the outbox to Kafka (see docs/configuration.md)
 //   config-reference  print the configuration reference (Markdown)
+//   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -9,7 +10,9 @@
 #include <csignal>
 #include <iostream>
 
+#include "src/cli/lag.h"
 #include "src/cli/options.h"
+#include "src/cli/setup.h"
 #include "src/relay/relay.h"
 
 namespace {
@@ -62,17 +65,46 @@ int main(int argc, char** argv) {
       "(--config), in that order of precedence.");
   walrelay::cli::RunOptionBinder binder(run);
 
+  CLI::App* setup = app.add_subcommand(
+      "setup",
+      "Create (idempotently) the outbox tables, the dead-letter table, the publication and the "
+      "slot, and check the server settings. Takes the same options as `run`.");
+  walrelay::cli::RunOptionBinder setup_binder(setup);
+  bool dry_run = false, no_tables = false;
+  setup->add_flag("--dry-run", dry_run, "Print the SQL instead of running it");
+  setup->add_flag("--no-tables", no_tables,
+                  "Do not create outbox tables (they exist with another schema)");
+
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
+
+  walrelay::cli::LagCommand lag(&app);  // `walrelay lag`: src/cli/lag.h
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help prints and exits 0; usage errors exit 2
+    const int code = app.exit(e);  // --help prints and exits 0; usage errors exit 2
+    if (code != 0 && lag.parsed()) return walrelay::cli::kLagExitUnknown;  // check: 3
+    return code == 0 ? 0 : 2;
   }
+
+  if (lag.parsed()) return lag.Run();
 
   if (ref->parsed()) {
     std::cout << walrelay::cli::ConfigurationReference();
+    return 0;
+  }
+  if (setup->parsed()) {
+    auto config = setup_binder.Resolve(/*require_kafka=*/false);
+    if (!config.ok()) {
+      std::cerr << "walrelay setup: " << config.status().message() << "\n";
+      return 2;
+    }
+    walrelay::Status st = walrelay::cli::RunSetup(*config, !no_tables, dry_run);
+    if (!st.ok()) {
+      std::cerr << "walrelay setup: " << st.ToString() << "\n";
+      return 1;
+    }
     return 0;
   }
   if (run->parsed()) {

@@ -376,7 +376,7 @@ RunOptionBinder::RunOptionBinder(CLI::App* app) {
   }
 }
 
-Result<relay::RelayConfig> RunOptionBinder::Resolve() const {
+Result<relay::RelayConfig> RunOptionBinder::Resolve(bool require_kafka) const {
   relay::RelayConfig config;
   // File first, so flags and environment (already merged by CLI11) override it.
   if (!config_path_.empty()) {
@@ -395,6 +395,7 @@ Result<relay::RelayConfig> RunOptionBinder::Resolve() const {
     if (b.option->count() == 0 || b.values.empty()) continue;
     WALRELAY_RETURN_IF_ERROR(b.spec->apply(config, b.values));
   }
+  if (!require_kafka && config.bootstrap_servers.empty()) config.embedded_kafka = true;
   WALRELAY_RETURN_IF_ERROR(config.Validate());
   return config;
 }

@@ -63,8 +63,9 @@ namespace walrelay::cli {
 class RunOptionBinder {
  public:
   explicit RunOptionBinder(CLI::App* app);
-  // REQUIRES: the App has been parsed.
-  Result<relay::RelayConfig> Resolve() const;
+  // REQUIRES: the App has been parsed. `require_kafka` false skips the Kafka checks
+  // (for commands that only touch PostgreSQL).
+  Result<relay::RelayConfig> Resolve(bool require_kafka = true) const;
 
  private:
   struct Bound {

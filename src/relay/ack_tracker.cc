@@ -14,7 +14,9 @@ AckTracker::Token AckTracker::AddEvent(Tx tx) {
   assert(!txs_.empty() && tx == next_seq_ - 1 && !txs_.back().committed &&
          "AddEvent outside the open transaction");
   ++txs_.back().pending;
+  ++txs_.back().events;
   ++in_flight_events_;
+  ++unflushed_events_;
   return tx;
 }
 
@@ -45,6 +47,8 @@ void AckTracker::Ack(Token token) {
 void AckTracker::PopFlushable() {
   while (!txs_.empty() && txs_.front().committed && txs_.front().pending == 0) {
     if (txs_.front().end_lsn > flush_lsn_) flush_lsn_ = txs_.front().end_lsn;
+    unflushed_events_ -= txs_.front().events;
+    flushed_events_total_ += txs_.front().events;
     txs_.pop_front();
     ++first_seq_;
   }
@@ -60,6 +64,7 @@ void AckTracker::Reset() {
   assert(first_seq_ == next_seq_);
   txs_.clear();
   in_flight_events_ = 0;
+  unflushed_events_ = 0;
 }
 
 }  // namespace walrelay::relay

@@ -69,6 +69,11 @@ class AckTracker {
 
   // Events produced but not yet acked, over all transactions.
   uint64_t InFlightEvents() const { return in_flight_events_; }
+  // Events of transactions not yet covered by FlushLsn() (acked or not): what a crash now
+  // would replay, before the status update.
+  uint64_t UnflushedEvents() const { return unflushed_events_; }
+  // Events of all transactions ever covered by FlushLsn(), cumulative.
+  uint64_t FlushedEventsTotal() const { return flushed_events_total_; }
   // Transactions open or committed but not yet flushable.
   size_t PendingTransactions() const { return txs_.size(); }
 
@@ -80,6 +85,7 @@ class AckTracker {
  private:
   struct TxState {
     uint64_t pending = 0;  // events added and not yet acked
+    uint64_t events = 0;   // events added
     bool committed = false;
     Lsn end_lsn;
   };
@@ -90,6 +96,8 @@ class AckTracker {
   Tx first_seq_ = 1;         // sequence of txs_.front()
   Tx next_seq_ = 1;          // sequence BeginTransaction() hands out next
   uint64_t in_flight_events_ = 0;
+  uint64_t unflushed_events_ = 0;
+  uint64_t flushed_events_total_ = 0;
   Lsn flush_lsn_;
 };
 

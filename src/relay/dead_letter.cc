@@ -4,18 +4,10 @@
 
 #include <array>
 
+#include "src/relay/schema.h"
+
 namespace walrelay::relay {
 namespace {
-
-std::string QuoteIdent(std::string_view part) {
-  std::string q = "\"";
-  for (char ch : part) {
-    if (ch == '"') q += '"';
-    q += ch;
-  }
-  q += '"';
-  return q;
-}
 
 Status ExecOk(PGconn* conn, const std::string& sql, std::string_view what) {
   PGresult* res = PQexec(conn, sql.c_str());
@@ -31,12 +23,6 @@ Status ExecOk(PGconn* conn, const std::string& sql, std::string_view what) {
 
 }  // namespace
 
-std::string QuoteQualifiedIdentifier(std::string_view name) {
-  auto dot = name.find('.');
-  if (dot == std::string_view::npos) return QuoteIdent(name);
-  return QuoteIdent(name.substr(0, dot)) + "." + QuoteIdent(name.substr(dot + 1));
-}
-
 Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::string& conninfo,
                                                                  const std::string& table,
                                                                  const std::string& slot) {
@@ -47,16 +33,7 @@ Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::stri
     return UnavailableError("dead-letter connection: " + err);
   }
   const std::string t = QuoteQualifiedIdentifier(table);
-  Status st = ExecOk(conn,
-                     "CREATE TABLE IF NOT EXISTS " + t +
-                         " (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-                         " dead_at timestamptz NOT NULL DEFAULT now(),"
-                         " slot text NOT NULL, source text NOT NULL,"
-                         " commit_lsn pg_lsn NOT NULL, ordinal int NOT NULL, xid bigint,"
-                         " event_id text, aggregate_id text, event_type text, topic text,"
-                         " reason text NOT NULL, payload text,"
-                         " UNIQUE (slot, commit_lsn, ordinal))",
-                     "creating dead-letter table " + table);
+  Status st = ExecOk(conn, DeadLetterTableDdl(t), "creating dead-letter table " + table);
   if (!st.ok()) {
     PQfinish(conn);
     return st;

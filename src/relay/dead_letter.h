@@ -58,7 +58,4 @@ class DeadLetterWriter {
   std::string slot_;
 };
 
-// Quotes a possibly schema-qualified identifier ("a.b" -> "a"."b").
-std::string QuoteQualifiedIdentifier(std::string_view name);
-
 }  // namespace walrelay::relay

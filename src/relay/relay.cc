@@ -73,8 +73,14 @@ class Relay::Session {
   Status SendStatus(bool reply_requested);
   Status Drain();
   void OnDelivery(uint64_t cookie, const Status& status, const kafka::DeliveredRecord& record);
+  // Events PostgreSQL would resend if the relay died now: produced in transactions not
+  // yet confirmed by a status update. The in-flight cap applies to these, so it bounds
+  // both memory and the duplicates a crash can cause.
+  uint64_t UnconfirmedEvents() const {
+    return tracker_.UnflushedEvents() + (tracker_.FlushedEventsTotal() - reported_events_total_);
+  }
   bool AtCapacity() const {
-    return tracker_.InFlightEvents() >= static_cast<uint64_t>(config_.max_in_flight_events) ||
+    return UnconfirmedEvents() >= static_cast<uint64_t>(config_.max_in_flight_events) ||
            in_flight_bytes_ >= static_cast<uint64_t>(config_.max_in_flight_bytes);
   }
 
@@ -99,6 +105,7 @@ class Relay::Session {
   Status delivery_failure_;  // first failed delivery report: ends the session
   Lsn received_;
   Lsn last_sent_flush_;
+  uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
   milliseconds status_interval_{1000};
   Clock::time_point next_status_ = Clock::now();
 };
@@ -347,7 +354,9 @@ Status Relay::Session::HandleXLogData(const slot::XLogData& x) {
 
 Status Relay::Session::SendStatus(bool reply_requested) {
   Lsn flush = tracker_.FlushLsn();
-  WALRELAY_RETURN_IF_ERROR(conn_->SendStatus(std::max(received_, flush), flush, flush, reply_requested));
+  WALRELAY_RETURN_IF_ERROR(
+      conn_->SendStatus(std::max(received_, flush), flush, flush, reply_requested));
+  reported_events_total_ = tracker_.FlushedEventsTotal();
   stats_.flush_lsn.store(flush.value, std::memory_order_relaxed);
   stats_.received_lsn.store(received_.value, std::memory_order_relaxed);
   if (flush != last_sent_flush_) {
@@ -363,13 +372,16 @@ Status Relay::Session::Stream() {
     producer_->Poll(milliseconds(0));
     if (!delivery_failure_.ok()) return delivery_failure_;
     WALRELAY_RETURN_IF_ERROR(producer_->fatal());
-    stats_.in_flight_events.store(tracker_.InFlightEvents(), std::memory_order_relaxed);
+    stats_.in_flight_events.store(UnconfirmedEvents(), std::memory_order_relaxed);
     stats_.in_flight_bytes.store(in_flight_bytes_, std::memory_order_relaxed);
 
     if (Clock::now() >= next_status_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
 
     if (AtCapacity()) {
-      producer_->Poll(milliseconds(5));  // backpressure: serve acks, read nothing
+      // Backpressure: read nothing; serve acks, and confirm at once what became
+      // confirmable so the window reopens without waiting for the status period.
+      if (tracker_.FlushLsn() != last_sent_flush_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+      producer_->Poll(milliseconds(5));
       continue;
     }
     auto wait = std::chrono::duration_cast<milliseconds>(next_status_ - Clock::now());

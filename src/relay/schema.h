@@ -7,10 +7,25 @@
 
 namespace walrelay::relay {
 
+// Quotes one identifier ("we""ird"), or a schema-qualified one ("a.b" -> "a"."b").
+inline std::string QuoteIdentifier(std::string_view part) {
+  std::string q = "\"";
+  for (char ch : part) {
+    if (ch == '"') q += '"';
+    q += ch;
+  }
+  return q + "\"";
+}
+inline std::string QuoteQualifiedIdentifier(std::string_view name) {
+  auto dot = name.find('.');
+  if (dot == std::string_view::npos) return QuoteIdentifier(name);
+  return QuoteIdentifier(name.substr(0, dot)) + "." + QuoteIdentifier(name.substr(dot + 1));
+}
+
 // The documented outbox table (see OutboxColumns for the column contract). Idempotent.
 // REPLICA IDENTITY stays DEFAULT: only INSERTs publish, so old rows are never needed.
 inline std::string OutboxTableDdl(std::string_view qualified_table) {
-  std::string t(qualified_table);
+  std::string t = QuoteQualifiedIdentifier(qualified_table);
   return "CREATE TABLE IF NOT EXISTS " + t +
          " (\n"
          "  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
@@ -22,6 +37,27 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
          "  payload        jsonb NOT NULL,\n"
          "  headers        jsonb,\n"
          "  created_at     timestamptz NOT NULL DEFAULT now()\n"
+         ")";
+}
+
+// The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Idempotent.
+inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
+  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
+         " (\n"
+         "  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
+         "  dead_at      timestamptz NOT NULL DEFAULT now(),\n"
+         "  slot         text NOT NULL,\n"
+         "  source       text NOT NULL,\n"
+         "  commit_lsn   pg_lsn NOT NULL,\n"
+         "  ordinal      int NOT NULL,\n"
+         "  xid          bigint,\n"
+         "  event_id     text,\n"
+         "  aggregate_id text,\n"
+         "  event_type   text,\n"
+         "  topic        text,\n"
+         "  reason       text NOT NULL,\n"
+         "  payload      text,\n"
+         "  UNIQUE (slot, commit_lsn, ordinal)\n"
          ")";
 }
 

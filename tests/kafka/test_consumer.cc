@@ -8,6 +8,15 @@ namespace walrelay::kafka::testing {
 std::vector<ConsumedRecord> ConsumeAll(const std::string& bootstraps, const std::string& topic,
                                        int partitions, size_t count,
                                        std::chrono::milliseconds timeout) {
+  return ConsumeUntil(
+      bootstraps, topic, partitions,
+      [count](const std::vector<ConsumedRecord>& got) { return got.size() >= count; }, timeout);
+}
+
+std::vector<ConsumedRecord> ConsumeUntil(
+    const std::string& bootstraps, const std::string& topic, int partitions,
+    const std::function<bool(const std::vector<ConsumedRecord>&)>& done,
+    std::chrono::milliseconds timeout) {
   std::vector<ConsumedRecord> out;
   char errstr[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
@@ -33,7 +42,7 @@ std::vector<ConsumedRecord> ConsumeAll(const std::string& bootstraps, const std:
   rd_kafka_topic_partition_list_destroy(parts);
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+  while (!done(out) && std::chrono::steady_clock::now() < deadline) {
     rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
     if (m == nullptr) continue;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -60,6 +69,33 @@ std::vector<ConsumedRecord> ConsumeAll(const std::string& bootstraps, const std:
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   return out;
+}
+
+int64_t EndOffsetSum(const std::string& bootstraps, const std::string& topic, int partitions) {
+  char errstr[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps.c_str(), errstr, sizeof(errstr)) !=
+      RD_KAFKA_CONF_OK) {
+    rd_kafka_conf_destroy(conf);
+    return -1;
+  }
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    return -1;
+  }
+  int64_t sum = 0;
+  for (int p = 0; p < partitions && sum >= 0; ++p) {
+    int64_t low = 0, high = 0;
+    if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), p, &low, &high, 10000) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+      sum = -1;
+    } else {
+      sum += high;
+    }
+  }
+  rd_kafka_destroy(rk);
+  return sum;
 }
 
 }  // namespace walrelay::kafka::testing

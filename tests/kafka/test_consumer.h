@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,5 +25,16 @@ struct ConsumedRecord {
 std::vector<ConsumedRecord> ConsumeAll(const std::string& bootstraps, const std::string& topic,
                                        int partitions, size_t count,
                                        std::chrono::milliseconds timeout);
+
+// Reads every partition of `topic` from the beginning until done(records so far) is true
+// or `timeout` passes; returns what was read.
+std::vector<ConsumedRecord> ConsumeUntil(
+    const std::string& bootstraps, const std::string& topic, int partitions,
+    const std::function<bool(const std::vector<ConsumedRecord>&)>& done,
+    std::chrono::milliseconds timeout);
+
+// The sum over partitions 0..partitions-1 of `topic`'s high watermark (records appended),
+// or -1 on error.
+int64_t EndOffsetSum(const std::string& bootstraps, const std::string& topic, int partitions);
 
 }  // namespace walrelay::kafka::testing

@@ -1,0 +1,384 @@
+#include "src/cli/lag.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "slot/slot_admin.h"
+#include "src/metrics/registry.h"
+#include "src/relay/metric_names.h"
+#include "src/relay/slot_guard.h"
+
+namespace walrelay::cli {
+namespace {
+
+namespace mn = relay::metric_names;
+using relay::SlotEvaluation;
+using relay::SlotState;
+using relay::Threshold;
+
+std::atomic<bool> g_lag_stop{false};
+extern "C" void OnLagSignal(int) { g_lag_stop.store(true); }
+
+struct Row {
+  std::string name;  // the slot (for a missing --slot: the requested name)
+  std::optional<slot::SlotInfo> info;
+  SlotEvaluation eval;
+};
+
+struct Snapshot {
+  slot::ServerSettings settings;
+  Lsn current;
+  std::vector<Row> rows;
+  std::optional<uint64_t> warn_bytes;
+  std::optional<uint64_t> critical_bytes;
+  int exit_code = kLagExitOk;
+};
+
+Result<Snapshot> Collect(slot::SlotAdmin& admin, const Threshold& warn, const Threshold& critical,
+                         const std::vector<std::string>& only) {
+  Snapshot s;
+  WALRELAY_ASSIGN_OR_RETURN(s.settings, admin.GetServerSettings());
+  WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::SlotInfo> slots, admin.ListSlots());
+  WALRELAY_ASSIGN_OR_RETURN(s.current, admin.CurrentWalLsn());
+  const int64_t keep = s.settings.max_slot_wal_keep_size_bytes;
+  s.warn_bytes = warn.Resolve(keep);
+  s.critical_bytes = critical.Resolve(keep);
+  for (auto& info : slots) {
+    if (!only.empty() && std::find(only.begin(), only.end(), info.slot_name) == only.end()) {
+      continue;
+    }
+    Row r;
+    r.name = info.slot_name;
+    r.eval = relay::EvaluateSlot(info, keep, warn, critical);
+    r.info = std::move(info);
+    s.rows.push_back(std::move(r));
+  }
+  for (const auto& want : only) {
+    const bool found =
+        std::any_of(s.rows.begin(), s.rows.end(), [&](const Row& r) { return r.name == want; });
+    if (!found) {
+      Row r;
+      r.name = want;
+      r.eval.state = SlotState::kMissing;
+      r.eval.reason = "the slot does not exist";
+      s.rows.push_back(std::move(r));
+    }
+  }
+  for (const auto& r : s.rows) {
+    s.exit_code = std::max(s.exit_code, relay::SlotStateSeverity(r.eval.state));
+  }
+  return s;
+}
+
+std::string OptBytes(const std::optional<uint64_t>& b) {
+  return b ? relay::FormatBytes(*b) : "n/a";
+}
+
+std::string SafeWalSize(const Row& r, int64_t keep) {
+  if (!r.info) return "n/a";
+  if (r.info->safe_wal_size) {
+    return *r.info->safe_wal_size < 0
+               ? "-" + relay::FormatBytes(static_cast<uint64_t>(-*r.info->safe_wal_size))
+               : relay::FormatBytes(static_cast<uint64_t>(*r.info->safe_wal_size));
+  }
+  return keep < 0 ? "unlimited" : "n/a";
+}
+
+std::string KeepSize(int64_t keep) {
+  return keep < 0 ? "unlimited (-1)" : relay::FormatBytes(static_cast<uint64_t>(keep));
+}
+
+// ---------------------------------------------------------------------------- table
+
+std::string RenderTable(const Snapshot& s) {
+  std::ostringstream out;
+  out << "server WAL " << s.current.ToString() << ", max_slot_wal_keep_size "
+      << KeepSize(s.settings.max_slot_wal_keep_size_bytes) << ", warn " << OptBytes(s.warn_bytes)
+      << ", critical " << OptBytes(s.critical_bytes) << "\n";
+  if (s.settings.max_slot_wal_keep_size_bytes < 0) {
+    out << "note: max_slot_wal_keep_size is unlimited: an unread slot can fill the disk\n";
+  }
+  std::vector<std::vector<std::string>> cells = {{"SLOT", "PLUGIN", "TYPE", "DATABASE", "ACTIVE",
+                                                  "PID", "RETAINED", "CONFIRMED_LAG", "WAL_STATUS",
+                                                  "SAFE_WAL_SIZE", "INACTIVE_SINCE", "STATE"}};
+  for (const auto& r : s.rows) {
+    const auto* i = r.info ? &*r.info : nullptr;
+    auto dash = [](const std::string& v) { return v.empty() ? std::string("-") : v; };
+    cells.push_back({r.name, i ? dash(i->plugin) : "-", i ? i->slot_type : "-",
+                     i ? dash(i->database) : "-", i ? (i->active ? "yes" : "no") : "-",
+                     i && i->active_pid ? std::to_string(*i->active_pid) : "-",
+                     OptBytes(i ? i->retained_wal_bytes() : std::nullopt),
+                     OptBytes(i ? i->confirmed_lag_bytes() : std::nullopt),
+                     i ? dash(i->wal_status) : "-",
+                     SafeWalSize(r, s.settings.max_slot_wal_keep_size_bytes), "n/a",
+                     std::string(relay::SlotStateName(r.eval.state))});
+  }
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : cells) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+  if (s.rows.empty()) out << "(no replication slots)\n";
+  for (const auto& r : s.rows) {
+    if (r.eval.state != SlotState::kOk) {
+      out << r.name << ": " << relay::SlotStateName(r.eval.state) << ": " << r.eval.reason << "\n";
+    }
+  }
+  return out.str();
+}
+
+// ---------------------------------------------------------------------------- JSON
+
+std::string JsonString(std::string_view v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+template <typename T>
+std::string JsonOpt(const std::optional<T>& v) {
+  return v ? std::to_string(*v) : "null";
+}
+
+std::string JsonOptLsn(const std::optional<Lsn>& v) {
+  return v ? JsonString(v->ToString()) : "null";
+}
+
+std::string RenderJson(const Snapshot& s) {
+  std::string o = "{";
+  o += "\"current_wal_lsn\":" + JsonString(s.current.ToString());
+  o += ",\"max_slot_wal_keep_size_bytes\":" +
+       std::to_string(s.settings.max_slot_wal_keep_size_bytes);
+  o += ",\"warn_bytes\":" + JsonOpt(s.warn_bytes);
+  o += ",\"critical_bytes\":" + JsonOpt(s.critical_bytes);
+  o += ",\"exit_code\":" + std::to_string(s.exit_code);
+  o += ",\"slots\":[";
+  for (size_t k = 0; k < s.rows.size(); ++k) {
+    const Row& r = s.rows[k];
+    const auto* i = r.info ? &*r.info : nullptr;
+    if (k > 0) o += ",";
+    o += "{\"slot_name\":" + JsonString(r.name);
+    o += ",\"exists\":" + std::string(i ? "true" : "false");
+    if (i != nullptr) {
+      o += ",\"plugin\":" + (i->plugin.empty() ? "null" : JsonString(i->plugin));
+      o += ",\"slot_type\":" + JsonString(i->slot_type);
+      o += ",\"database\":" + (i->database.empty() ? "null" : JsonString(i->database));
+      o += ",\"temporary\":" + std::string(i->temporary ? "true" : "false");
+      o += ",\"active\":" + std::string(i->active ? "true" : "false");
+      o += ",\"active_pid\":" + JsonOpt(i->active_pid);
+      o += ",\"restart_lsn\":" + JsonOptLsn(i->restart_lsn);
+      o += ",\"confirmed_flush_lsn\":" + JsonOptLsn(i->confirmed_flush_lsn);
+      o += ",\"retained_bytes\":" + JsonOpt(i->retained_wal_bytes());
+      o += ",\"retained\":" + JsonString(OptBytes(i->retained_wal_bytes()));
+      o += ",\"confirmed_lag_bytes\":" + JsonOpt(i->confirmed_lag_bytes());
+      o += ",\"confirmed_lag\":" + JsonString(OptBytes(i->confirmed_lag_bytes()));
+      o += ",\"wal_status\":" + (i->wal_status.empty() ? "null" : JsonString(i->wal_status));
+      o += ",\"safe_wal_size_bytes\":" + JsonOpt(i->safe_wal_size);
+      o += ",\"inactive_since\":null";
+    }
+    o += ",\"state\":" + JsonString(relay::SlotStateName(r.eval.state));
+    o += ",\"reason\":" + JsonString(r.eval.reason);
+    o += "}";
+  }
+  o += "]}\n";
+  return o;
+}
+
+// ---------------------------------------------------------------------------- Prometheus
+
+std::string RenderPrometheus(const Snapshot* s, int exit_code) {
+  metrics::Registry reg;
+  reg.AddGauge(mn::kLagCheckStatus.name, mn::kLagCheckStatus.help).Set(exit_code);
+  if (s != nullptr) {
+    reg.AddGauge(mn::kMaxSlotWalKeepSize.name, mn::kMaxSlotWalKeepSize.help)
+        .Set(static_cast<double>(s->settings.max_slot_wal_keep_size_bytes));
+    reg.AddGauge(mn::kSlotWarnThreshold.name, mn::kSlotWarnThreshold.help)
+        .Set(s->warn_bytes ? static_cast<double>(*s->warn_bytes) : -1);
+    reg.AddGauge(mn::kSlotCriticalThreshold.name, mn::kSlotCriticalThreshold.help)
+        .Set(s->critical_bytes ? static_cast<double>(*s->critical_bytes) : -1);
+    for (const Row& r : s->rows) {
+      const auto* i = r.info ? &*r.info : nullptr;
+      metrics::Labels l = {{"slot", r.name}};
+      if (i != nullptr) {
+        l.emplace_back("plugin", i->plugin);
+        l.emplace_back("database", i->database);
+        l.emplace_back("slot_type", i->slot_type);
+        auto opt = [](const std::optional<uint64_t>& v) {
+          return v ? static_cast<double>(*v) : -1.0;
+        };
+        reg.AddGauge(mn::kSlotRetainedBytes.name, mn::kSlotRetainedBytes.help, l)
+            .Set(opt(i->retained_wal_bytes()));
+        reg.AddGauge(mn::kSlotConfirmedLagBytes.name, mn::kSlotConfirmedLagBytes.help, l)
+            .Set(opt(i->confirmed_lag_bytes()));
+        reg.AddGauge(mn::kSlotSafeWalSize.name, mn::kSlotSafeWalSize.help, l)
+            .Set(i->safe_wal_size ? static_cast<double>(*i->safe_wal_size) : -1);
+        reg.AddGauge(mn::kSlotActive.name, mn::kSlotActive.help, l).Set(i->active ? 1 : 0);
+        for (const char* st : {"reserved", "extended", "unreserved", "lost"}) {
+          metrics::Labels sl = l;
+          sl.emplace_back("status", st);
+          reg.AddGauge(mn::kSlotWalStatus.name, mn::kSlotWalStatus.help, sl)
+              .Set(i->wal_status == st ? 1 : 0);
+        }
+      }
+      for (SlotState st : {SlotState::kOk, SlotState::kWarn, SlotState::kCritical, SlotState::kLost,
+                           SlotState::kMissing}) {
+        metrics::Labels sl = l;
+        sl.emplace_back("state", std::string(relay::SlotStateName(st)));
+        reg.AddGauge(mn::kSlotState.name, mn::kSlotState.help, sl).Set(st == r.eval.state ? 1 : 0);
+      }
+    }
+  }
+  return reg.Render();
+}
+
+std::string ResolveDsn(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("WALRELAY_SOURCE_DSN");
+  return env != nullptr ? env : "";  // empty: libpq's PG* variables and defaults
+}
+
+}  // namespace
+
+LagCommand::LagCommand(CLI::App* parent) {
+  app_ = parent->add_subcommand(
+      "lag",
+      "Show every replication slot of the cluster with the WAL it retains and how far its "
+      "reader lags, over a normal connection. As a monitoring check it exits 0 ok, 1 warn, "
+      "2 critical (over --critical, wal_status lost/unreserved, or a --slot that is missing), "
+      "3 cannot connect or bad usage.");
+  app_->add_option("--dsn", dsn_,
+                   "libpq conninfo or URI of the server. Default: $WALRELAY_SOURCE_DSN, else "
+                   "libpq's PGHOST/PGPORT/PGUSER/PGDATABASE/PGPASSWORD");
+  app_->add_option("--warn", warn_,
+                   "Warn when a slot retains this much WAL: bytes with a unit (512MB, 1GB; "
+                   "1024-based) or a fraction of max_slot_wal_keep_size (0.5, 50%)");
+  app_->add_option("--critical", critical_, "Critical threshold, same forms as --warn");
+  app_->add_option("--slot", slots_,
+                   "Only these slots (repeatable); a listed slot that does not exist is "
+                   "critical");
+  app_->add_option("--watch", watch_seconds_,
+                   "Refresh every SECONDS until interrupted (exit code of the last round)")
+      ->check(CLI::PositiveNumber);
+  auto* json = app_->add_flag("--json", json_, "One JSON document per refresh instead of a table");
+  auto* prom =
+      app_->add_flag("--prometheus", prometheus_,
+                     "Prometheus text exposition (for node_exporter's textfile collector)");
+  json->excludes(prom);
+  app_->footer(
+      "Retained = pg_current_wal_lsn() - restart_lsn (WAL kept on disk; what thresholds "
+      "compare). Confirmed lag = pg_current_wal_lsn() - confirmed_flush_lsn. INACTIVE_SINCE is "
+      "n/a: PostgreSQL 15 does not record it (PostgreSQL 17 adds inactive_since).\n"
+      "Example check: walrelay lag --dsn 'host=db user=monitor' --warn 0.5 --critical 0.8\n"
+      "Textfile collector: walrelay lag --prometheus > f.tmp && mv f.tmp "
+      "/var/lib/node_exporter/walrelay.prom");
+}
+
+bool LagCommand::parsed() const { return app_->parsed(); }
+
+int LagCommand::Run() const {
+  auto warn = Threshold::Parse(warn_);
+  auto critical = Threshold::Parse(critical_);
+  for (const auto* t : {&warn, &critical}) {
+    if (!t->ok()) {
+      std::cerr << "walrelay lag: " << t->status().message() << "\n";
+      return kLagExitUnknown;
+    }
+  }
+  const std::string dsn = ResolveDsn(dsn_);
+  const bool watch = watch_seconds_ > 0;
+  if (watch) {
+    struct sigaction sa {};
+    sa.sa_handler = OnLagSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+  }
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+
+  std::unique_ptr<slot::SlotAdmin> admin;
+  int code = kLagExitUnknown;
+  do {
+    Result<Snapshot> snap = UnavailableError("not connected");
+    if (!admin) {
+      auto a = slot::SlotAdmin::Connect(dsn);
+      if (a.ok()) {
+        admin = std::move(a).value();
+      } else {
+        snap = a.status();
+      }
+    }
+    if (admin) {
+      snap = Collect(*admin, *warn, *critical, slots_);
+      if (!snap.ok() && snap.status().code() == StatusCode::kUnavailable) admin.reset();
+    }
+    if (snap.ok()) {
+      code = snap->exit_code;
+      if (json_) {
+        std::cout << RenderJson(*snap);
+      } else if (prometheus_) {
+        std::cout << RenderPrometheus(&*snap, code);
+      } else {
+        if (watch && tty) std::cout << "\033[H\033[2J";
+        std::cout << RenderTable(*snap);
+      }
+    } else {
+      code = kLagExitUnknown;
+      std::cerr << "walrelay lag: " << snap.status().ToString() << "\n";
+      if (prometheus_) std::cout << RenderPrometheus(nullptr, code);
+    }
+    std::cout.flush();
+    if (!watch) break;
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(watch_seconds_ * 1000));
+    while (!g_lag_stop.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } while (!g_lag_stop.load());
+  return code;
+}
+
+}  // namespace walrelay::cli

@@ -1,0 +1,115 @@
+#include "src/cli/setup.h"
+
+#include <libpq-fe.h>
+
+#include <iostream>
+
+#include "slot/slot_admin.h"
+#include "src/relay/schema.h"
+
+namespace walrelay::cli {
+namespace {
+
+std::string Literal(std::string_view s) {
+  std::string q = "'";
+  for (char ch : s) {
+    if (ch == '\'') q += '\'';
+    q += ch;
+  }
+  return q + "'";
+}
+
+std::string Conninfo(const relay::RelayConfig& c) {
+  if (c.source_password.empty()) return c.source_dsn;
+  std::string out = c.source_dsn + " password='";
+  for (char ch : c.source_password) {
+    if (ch == '\'' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables) {
+  std::vector<std::string> sql;
+  if (create_tables) {
+    for (const auto& t : config.tables) {
+      const std::string schema = t.substr(0, t.find('.'));
+      if (schema != "public") {
+        sql.push_back("CREATE SCHEMA IF NOT EXISTS " + relay::QuoteIdentifier(schema));
+      }
+      sql.push_back(relay::OutboxTableDdl(t));
+    }
+  }
+  sql.push_back(
+      relay::DeadLetterTableDdl(relay::QuoteQualifiedIdentifier(config.dead_letter_table)));
+  if (!config.tables.empty()) {
+    std::string list;
+    for (const auto& t : config.tables) {
+      if (!list.empty()) list += ", ";
+      list += relay::QuoteQualifiedIdentifier(t);
+    }
+    // The publication before the slot: pgoutput reads the publication as of the slot's
+    // position, so a slot made first would not see it for earlier WAL.
+    sql.push_back("DO $$ BEGIN\n  IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = " +
+                  Literal(config.publication) + ") THEN\n    CREATE PUBLICATION " +
+                  relay::QuoteIdentifier(config.publication) + " FOR TABLE " + list +
+                  ";\n  END IF;\nEND $$");
+  }
+  sql.push_back("SELECT pg_create_logical_replication_slot(" + Literal(config.slot) +
+                ", 'pgoutput') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
+                "slot_name = " +
+                Literal(config.slot) + ")");
+  return sql;
+}
+
+Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run) {
+  const auto statements = SetupStatements(config, create_tables);
+  if (dry_run) {
+    for (const auto& s : statements) std::cout << s << ";\n\n";
+    return Status::Ok();
+  }
+  const std::string conninfo = Conninfo(config);
+  WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
+  WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());
+  if (settings.wal_level != "logical") {
+    return FailedPreconditionError(
+        "wal_level is '" + settings.wal_level +
+        "'; walrelay needs logical decoding. Run ALTER SYSTEM SET wal_level = logical; and "
+        "restart PostgreSQL, then run setup again");
+  }
+  if (settings.max_slot_wal_keep_size_bytes < 0) {
+    std::cerr << "warning: max_slot_wal_keep_size = -1 (unlimited): if walrelay stops reading "
+                 "the slot, PostgreSQL keeps WAL until the disk is full. Set a bound, e.g. "
+                 "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf(); and "
+                 "alert on slot lag (see README, Operations).\n";
+  }
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string err = PQerrorMessage(conn);
+    PQfinish(conn);
+    return UnavailableError("setup: cannot connect: " + err);
+  }
+  for (const auto& s : statements) {
+    PGresult* r = PQexec(conn, s.c_str());
+    const ExecStatusType st = PQresultStatus(r);
+    std::string err = PQresultErrorMessage(r);
+    PQclear(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      PQfinish(conn);
+      return FailedPreconditionError("setup failed at:\n" + s + "\n" + err);
+    }
+    std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")
+              << "\n";
+  }
+  PQfinish(conn);
+  WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables));
+  std::cerr << "setup complete: publication " << config.publication << ", slot " << config.slot
+            << ", tables";
+  for (const auto& t : config.tables) std::cerr << " " << t;
+  std::cerr << "\n";
+  return Status::Ok();
+}
+
+}  // namespace walrelay::cli

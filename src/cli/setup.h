@@ -1,0 +1,21 @@
+// `walrelay setup`: creates, idempotently, what `walrelay run` needs in the source
+// database — the outbox tables (documented schema), the dead-letter table, the
+// publication and the logical slot — and checks the server settings, explaining what to
+// change. `--dry-run` prints the SQL instead of running it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "src/relay/config.h"
+
+namespace walrelay::cli {
+
+// The SQL statements of setup, in order (each idempotent).
+std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables);
+
+// Runs the statements and the settings checks; progress and advice go to stderr.
+Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run);
+
+}  // namespace walrelay::cli
