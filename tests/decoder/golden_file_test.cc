@@ -13,6 +13,7 @@
 #include "decoder/pgoutput.h"
 #include "decoder/relation_cache.h"
 #include "decoder/transaction_assembler.h"
+#include "decoder/wal2json.h"
 
 namespace walrelay::pgoutput {
 namespace {
@@ -76,6 +77,37 @@ TEST(GoldenFile, RealPgoutputStreamDecodes) {
   EXPECT_EQ(counts['T'], 1);
   EXPECT_EQ(counts['M'], 3);
   EXPECT_EQ(unchanged, 3);  // docs.doc, docs.big (id 4), full_t.big (id 3)
+}
+
+// The same workload as captured from the wal2json plugin (golden/wal2json_v2.jsonl).
+TEST(GoldenFile, RealWal2JsonStreamDecodes) {
+  std::ifstream in(WALRELAY_GOLDEN_DIR "/wal2json_v2.jsonl", std::ios::binary);
+  wal2json::Wal2JsonDecoder decoder;
+  RelationCache cache;
+  TransactionAssembler assembler;
+  std::map<char, int> counts;
+  std::vector<Message> out;
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    Status st = decoder.Decode(line, &out);
+    ASSERT_TRUE(st.ok()) << lines << ": " << st.ToString();
+    for (const Message& m : out) {
+      ++counts[static_cast<char>(TypeOf(m))];
+      if (const auto* rel = std::get_if<Relation>(&m)) (void)cache.Put(*rel);
+      if (const auto* ins = std::get_if<Insert>(&m)) {
+        ASSERT_TRUE(cache.FindForTuple(ins->relation_id, ins->new_tuple).ok());
+      }
+      ASSERT_TRUE(assembler.Feed(m).ok()) << lines;
+    }
+  }
+  ASSERT_GT(lines, 0);
+  EXPECT_FALSE(assembler.in_transaction());
+  EXPECT_EQ(counts['B'], counts['C']);
+  EXPECT_EQ(counts['I'], 17);
+  EXPECT_EQ(counts['U'], 6);
+  EXPECT_EQ(counts['D'], 2);
+  EXPECT_EQ(counts['T'], 1);
+  EXPECT_EQ(counts['M'], 3);
 }
 
 }  // namespace

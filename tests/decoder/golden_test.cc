@@ -22,6 +22,7 @@
 
 #include "decoder/pgoutput.h"
 #include "decoder/transaction_assembler.h"
+#include "decoder/wal2json.h"
 #include "tests/decoder/golden_support.h"
 #include "tests/support/pg_cluster.h"
 
@@ -43,6 +44,7 @@ class PgoutputGolden : public ::testing::Test {
     ASSERT_TRUE(conn_->Exec("SET synchronous_commit = on").ok());
     ASSERT_TRUE(conn_->Exec(SchemaSql()).ok());
     ASSERT_TRUE(conn_->Exec("SELECT pg_create_logical_replication_slot('s', 'pgoutput')").ok());
+    ASSERT_TRUE(conn_->Exec("SELECT pg_create_logical_replication_slot('w', 'wal2json')").ok());
     for (const std::string& sql : WorkloadSql()) {
       Status st = conn_->Exec(sql);
       ASSERT_TRUE(st.ok()) << st.ToString();
@@ -65,6 +67,17 @@ class PgoutputGolden : public ::testing::Test {
     static const std::vector<std::string> kOptions = {
         "proto_version", "1", "publication_names", "p", "messages", "true"};
     return kOptions;
+  }
+
+  static std::vector<Captured> CaptureWal2Json() {
+    std::vector<std::string> options;
+    for (const auto& [name, value] : wal2json::kRequiredOptions) {
+      options.emplace_back(name);
+      options.emplace_back(value);
+    }
+    auto rows = PeekText(conn_, "w", options);
+    EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+    return rows.ok() ? std::move(*rows) : std::vector<Captured>{};
   }
 
   static TestCluster* cluster_;
@@ -196,6 +209,57 @@ TEST_F(PgoutputGolden, ProtoV2BinaryColumns) {
   EXPECT_EQ(model.table("public.bulk").size(), static_cast<size_t>(kBulkRows));
 }
 
+// The same workload through the wal2json plugin (format-version 2) and Wal2JsonDecoder:
+// the same ReplicaModel must end equal to the server, row for row.
+TEST_F(PgoutputGolden, Wal2JsonMatchesServerRowForRow) {
+  const std::vector<Captured> rows = CaptureWal2Json();
+  ASSERT_FALSE(rows.empty());
+  wal2json::Wal2JsonDecoder decoder;
+  ReplicaModel model;
+  std::vector<pgoutput::Message> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Status st = decoder.Decode(rows[i].data, &out);
+    ASSERT_TRUE(st.ok()) << "row " << i << " at " << rows[i].lsn.ToString() << ": " << st.ToString()
+                         << "\n"
+                         << rows[i].data.substr(0, 300);
+    for (const pgoutput::Message& m : out) {
+      st = model.Apply(m);
+      ASSERT_TRUE(st.ok()) << "row " << i << " at " << rows[i].lsn.ToString() << ": "
+                           << st.ToString() << "\n"
+                           << rows[i].data.substr(0, 300);
+    }
+  }
+  EXPECT_FALSE(model.in_transaction());
+  Status st = model.CompareWithServer(conn_);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+
+  const ReplicaModel::Stats& s = model.stats();
+  EXPECT_EQ(s.begins, s.commits);
+  EXPECT_EQ(model.table("public.bulk").size(), static_cast<size_t>(kBulkRows));
+  // Omitted (unchanged TOAST) columns come out as 'u', as from pgoutput.
+  EXPECT_GE(s.unchanged_toast_columns, 2);
+  // wal2json sends "identity" on every update (pgoutput only on key change): all 'K'
+  // under DEFAULT, 'O' under FULL.
+  EXPECT_EQ(s.updates_with_full, 2);
+  EXPECT_EQ(s.updates_without_old, 0);
+  EXPECT_EQ(s.deletes_with_key, 1);
+  EXPECT_EQ(s.deletes_with_full, 1);
+  EXPECT_EQ(s.truncates, 1);
+  EXPECT_EQ(s.relations_per_table.at("public.docs"), 2);  // the ALTER TABLE re-describes
+  const auto& ids = s.ids_seen.at("public.docs");
+  EXPECT_EQ(ids.count("7"), 0u);
+  EXPECT_EQ(ids.count("9"), 0u);
+  EXPECT_EQ(ids.count("10"), 1u);
+  ASSERT_EQ(model.messages().size(), 3u);
+  EXPECT_TRUE(model.messages()[0].transactional);
+  EXPECT_TRUE(model.messages()[0].inside_transaction);
+  EXPECT_EQ(model.messages()[0].content, R"({"event": "tx"})");
+  EXPECT_FALSE(model.messages()[1].inside_transaction);
+  EXPECT_EQ(model.messages()[1].content, "non-transactional ✓");
+  // wal2json prints message content as text: binary content is cut at its first NUL.
+  EXPECT_EQ(model.messages()[2].content, "");
+}
+
 TEST_F(PgoutputGolden, WriteGoldenFiles) {
   const char* dir = std::getenv("WALRELAY_WRITE_GOLDEN");
   if (dir == nullptr) GTEST_SKIP() << "set WALRELAY_WRITE_GOLDEN=<tests/decoder> to write";
@@ -248,6 +312,20 @@ TEST_F(PgoutputGolden, WriteGoldenFiles) {
     }
     auto it = seeds.find(name);
     if (it == seeds.end() || it->second.size() > c.data.size()) seeds[name] = c.data;
+  }
+  // wal2json: one JSON document per line, up to the 100k-row transaction.
+  std::ofstream jsonl(std::string(dir) + "/golden/wal2json_v2.jsonl", std::ios::binary);
+  std::string pending_json;
+  for (const Captured& c : CaptureWal2Json()) {
+    if (c.data.find(R"("table":"bulk")") != std::string::npos) break;
+    ASSERT_EQ(c.data.find('\n'), std::string::npos);
+    pending_json += c.data + '\n';
+    // Whole transactions only (and non-transactional messages, which stand alone).
+    if (c.data.starts_with(R"({"action":"C")") ||
+        c.data.find(R"("transactional":false)") != std::string::npos) {
+      jsonl << pending_json;
+      pending_json.clear();
+    }
   }
   for (const auto& [name, bytes] : seeds) {
     std::ofstream seed(std::string(dir) + "/corpus/" + name + "_v1.bin", std::ios::binary);
