@@ -108,8 +108,9 @@ inline constexpr MetricName kSlotGuardErrors{"walrelay_slot_guard_errors_total",
                                              "Slot guard polls that failed (connection or query)."};
 inline constexpr MetricName kSlotGuardLastPoll{"walrelay_slot_guard_last_success_timestamp_seconds",
                                                "Unix time of the last successful slot guard poll."};
-// `walrelay lag --prometheus` only: the check's exit code (0 ok, 1 warn, 2 critical).
-inline constexpr MetricName kLagCheckStatus{"walrelay_lag_check_status",
-                                            "Result of `walrelay lag`: 0 ok, 1 warn, 2 critical."};
+// `walrelay lag --prometheus` only: the check's exit code.
+inline constexpr MetricName kLagCheckStatus{
+    "walrelay_lag_check_status",
+    "Result of `walrelay lag` (its exit code): 0 ok, 1 warn, 2 critical, 3 cannot connect."};
 
 }  // namespace walrelay::relay::metric_names

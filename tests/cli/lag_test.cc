@@ -1,0 +1,241 @@
+// `walrelay lag` end to end: the real binary (WALRELAY_BINARY) against a throwaway
+// PostgreSQL 15. A slot is created and never read while the database churns: the check
+// crosses warn then critical with exit codes 1 and 2; --json and --prometheus parse; a
+// slot invalidated through a tiny max_slot_wal_keep_size is reported as lost; an
+// unreachable server exits 3.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "src/metrics/registry.h"
+#include "tests/support/pg_cluster.h"
+
+namespace walrelay {
+namespace {
+
+using testing::TestCluster;
+
+struct LagRun {
+  int code = -1;
+  std::string out;
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
+
+LagRun Lag(const std::string& args) {
+  const std::string cmd = std::string(WALRELAY_BINARY) + " lag " + args + " 2>/dev/null";
+  LagRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void Churn(TestCluster& c, int mb) {
+  ASSERT_TRUE(c.Exec("INSERT INTO churn(pad) SELECT repeat(md5(g::text), 28) FROM "
+                     "generate_series(1, " +
+                     std::to_string(mb * 900) + ") g")
+                  .ok());
+}
+
+class LagTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto c = TestCluster::Start();
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(c).value().release();
+    ASSERT_TRUE(cluster_->Exec("CREATE TABLE churn (id bigserial PRIMARY KEY, pad text)").ok());
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static std::string Dsn() { return "--dsn " + Quote(cluster_->conninfo()); }
+  static TestCluster* cluster_;
+};
+TestCluster* LagTest::cluster_ = nullptr;
+
+TEST_F(LagTest, UnreadSlotCrossesWarnThenCriticalWithExitCodes) {
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('lag_slot', 'pgoutput')").ok());
+  const std::string check = Dsn() + " --slot lag_slot --warn 4MB --critical 12MB";
+  LagRun r = Lag(check);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("lag_slot"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pgoutput"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("INACTIVE_SINCE"), std::string::npos) << r.out;
+
+  std::vector<int> codes = {0};
+  for (int i = 0; i < 40 && codes.back() != 2; ++i) {
+    Churn(*cluster_, 1);
+    r = Lag(check);
+    ASSERT_GE(r.code, 0);
+    if (r.code != codes.back()) codes.push_back(r.code);
+  }
+  EXPECT_EQ(codes, (std::vector<int>{0, 1, 2}));
+  EXPECT_NE(r.out.find("critical"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" MB"), std::string::npos) << r.out;  // human units
+
+  // Environment instead of --dsn; no thresholds: ok.
+  const std::string env = "WALRELAY_SOURCE_DSN=" + Quote(cluster_->conninfo()) + " " +
+                          std::string(WALRELAY_BINARY) + " lag >/dev/null 2>&1";
+  const int status = std::system(env.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  // A slot that does not exist, when asked for, is critical.
+  EXPECT_EQ(Lag(Dsn() + " --slot no_such_slot").code, 2);
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('lag_slot')").ok());
+}
+
+TEST_F(LagTest, JsonParsesAndCarriesEveryField) {
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('json_slot', 'pgoutput')").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_create_physical_replication_slot('phys_slot', true)").ok());
+  Churn(*cluster_, 2);
+  LagRun r = Lag(Dsn() + " --json --warn 1MB");
+  EXPECT_EQ(r.code, 1) << r.out;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << r.out;
+  EXPECT_EQ(int64_t(doc["exit_code"]), 1);
+  EXPECT_EQ(int64_t(doc["max_slot_wal_keep_size_bytes"]), -1);
+  EXPECT_EQ(uint64_t(doc["warn_bytes"]), 1024u * 1024);
+  EXPECT_TRUE(doc["critical_bytes"].is_null());
+  bool saw_logical = false, saw_physical = false;
+  for (simdjson::dom::element slot : doc["slots"].get_array()) {
+    const std::string_view name = slot["slot_name"];
+    if (name == "json_slot") {
+      saw_logical = true;
+      EXPECT_EQ(std::string_view(slot["plugin"]), "pgoutput");
+      EXPECT_EQ(std::string_view(slot["database"]), "postgres");
+      EXPECT_EQ(std::string_view(slot["slot_type"]), "logical");
+      EXPECT_FALSE(bool(slot["active"]));
+      EXPECT_TRUE(slot["active_pid"].is_null());
+      EXPECT_GE(uint64_t(slot["retained_bytes"]), 1024u * 1024);
+      EXPECT_GE(uint64_t(slot["confirmed_lag_bytes"]), 1024u * 1024);
+      EXPECT_EQ(std::string_view(slot["wal_status"]), "reserved");
+      EXPECT_TRUE(slot["safe_wal_size_bytes"].is_null());
+      EXPECT_TRUE(slot["inactive_since"].is_null());
+      EXPECT_EQ(std::string_view(slot["state"]), "warn");
+      EXPECT_NE(std::string_view(slot["retained"]).find("MB"), std::string_view::npos);
+    } else if (name == "phys_slot") {
+      saw_physical = true;
+      EXPECT_EQ(std::string_view(slot["slot_type"]), "physical");
+      EXPECT_TRUE(slot["plugin"].is_null());
+      EXPECT_TRUE(slot["confirmed_lag_bytes"].is_null());
+    }
+  }
+  EXPECT_TRUE(saw_logical);
+  EXPECT_TRUE(saw_physical);
+
+  // --watch: one document per refresh until SIGINT; exits with the last code.
+  const std::string cmd = "timeout --preserve-status -s INT 1.5 " + std::string(WALRELAY_BINARY) +
+                          " lag " + Dsn() + " --json --watch 0.2 --warn 1MB";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  int lines = 0;
+  for (char c : out) lines += c == '\n';
+  EXPECT_GE(lines, 3) << out;
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('json_slot')").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('phys_slot')").ok());
+}
+
+TEST_F(LagTest, PrometheusParses) {
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('prom_slot', 'pgoutput')").ok());
+  Churn(*cluster_, 1);
+  LagRun r = Lag(Dsn() + " --prometheus --critical 512kB");
+  EXPECT_EQ(r.code, 2) << r.out;
+  auto parsed = metrics::ParseExposition(r.out);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << r.out;
+  const metrics::Labels slot = {{"slot", "prom_slot"}};
+  ASSERT_NE(parsed->Find("walrelay_slot_retained_bytes", slot), nullptr) << r.out;
+  EXPECT_GE(parsed->Find("walrelay_slot_retained_bytes", slot)->value, 512 * 1024);
+  EXPECT_EQ(parsed->Find("walrelay_slot_retained_bytes", slot)->label("plugin"), "pgoutput");
+  EXPECT_EQ(
+      parsed->Find("walrelay_slot_state", {{"slot", "prom_slot"}, {"state", "critical"}})->value,
+      1);
+  EXPECT_EQ(parsed->Find("walrelay_slot_active", slot)->value, 0);
+  EXPECT_EQ(parsed->Find("walrelay_lag_check_status")->value, 2);
+  EXPECT_EQ(parsed->Find("walrelay_slot_critical_threshold_bytes")->value, 512 * 1024);
+  EXPECT_EQ(parsed->Find("walrelay_server_max_slot_wal_keep_size_bytes")->value, -1);
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('prom_slot')").ok());
+}
+
+TEST_F(LagTest, CannotConnectAndBadUsageExitThree) {
+  EXPECT_EQ(Lag("--dsn 'host=127.0.0.1 port=1 connect_timeout=2'").code, 3);
+  LagRun r = Lag("--prometheus --dsn 'host=127.0.0.1 port=1 connect_timeout=2'");
+  EXPECT_EQ(r.code, 3);
+  auto parsed = metrics::ParseExposition(r.out);
+  ASSERT_TRUE(parsed.ok()) << r.out;
+  EXPECT_EQ(parsed->Find("walrelay_lag_check_status")->value, 3);
+  EXPECT_EQ(Lag(Dsn() + " --warn lots").code, 3);
+  EXPECT_EQ(Lag(Dsn() + " --no-such-flag").code, 3);
+  EXPECT_EQ(Lag(Dsn() + " --json --prometheus").code, 3);
+  r = Lag("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--critical"), std::string::npos);
+}
+
+TEST(LagLostTest, InvalidatedSlotIsLostAndCritical) {
+  TestCluster::Options options;
+  options.settings = {"max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB"};
+  auto c = TestCluster::Start(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  TestCluster& cluster = **c;
+  ASSERT_TRUE(cluster.Exec("CREATE TABLE churn (id bigserial PRIMARY KEY, pad text)").ok());
+  ASSERT_TRUE(
+      cluster.Exec("SELECT pg_create_logical_replication_slot('lost_slot', 'pgoutput')").ok());
+  const std::string dsn = "--dsn " + Quote(cluster.conninfo());
+  LagRun r = Lag(dsn + " --json --warn 0.5 --critical 0.9");
+  EXPECT_EQ(r.code, 0) << r.out;
+  bool lost = false;
+  for (int i = 0; i < 30 && !lost; ++i) {
+    Churn(cluster, 1);
+    ASSERT_TRUE(cluster.Exec("SELECT pg_switch_wal()").ok());
+    ASSERT_TRUE(cluster.Exec("CHECKPOINT").ok());
+    auto st = cluster.QueryScalar(
+        "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'lost_slot'");
+    ASSERT_TRUE(st.ok());
+    lost = *st == "lost";
+  }
+  ASSERT_TRUE(lost) << cluster.ServerLogTail();
+  r = Lag(dsn + " --json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << r.out;
+  simdjson::dom::element slot = doc["slots"].at(0);
+  EXPECT_EQ(std::string_view(slot["wal_status"]), "lost");
+  EXPECT_EQ(std::string_view(slot["state"]), "lost");
+  EXPECT_TRUE(slot["retained_bytes"].is_null());
+  r = Lag(dsn);
+  EXPECT_NE(r.out.find("lost"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace walrelay
