@@ -109,7 +109,7 @@ TEST_F(LagTest, JsonParsesAndCarriesEveryField) {
   ASSERT_TRUE(
       cluster_->Exec("SELECT pg_create_logical_replication_slot('json_slot', 'pgoutput')").ok());
   ASSERT_TRUE(cluster_->Exec("SELECT pg_create_physical_replication_slot('phys_slot', true)").ok());
-  Churn(*cluster_, 2);
+  Churn(*cluster_, 4);  // comfortably over the 1MB warn threshold
   LagRun r = Lag(Dsn() + " --json --warn 1MB");
   EXPECT_EQ(r.code, 1) << r.out;
   simdjson::dom::parser parser;
@@ -167,7 +167,7 @@ TEST_F(LagTest, JsonParsesAndCarriesEveryField) {
 TEST_F(LagTest, PrometheusParses) {
   ASSERT_TRUE(
       cluster_->Exec("SELECT pg_create_logical_replication_slot('prom_slot', 'pgoutput')").ok());
-  Churn(*cluster_, 1);
+  Churn(*cluster_, 2);
   LagRun r = Lag(Dsn() + " --prometheus --critical 512kB");
   EXPECT_EQ(r.code, 2) << r.out;
   auto parsed = metrics::ParseExposition(r.out);
