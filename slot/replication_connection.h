@@ -72,7 +72,19 @@ struct Frame {
   PrimaryKeepalive keepalive;
 };
 
-class ReplicationConnection {
+// The replication stream as the relay pipeline sees it: frames in, status updates out.
+// Implemented by ReplicationConnection (the live slot) and by recordings being replayed.
+class FrameSource {
+ public:
+  virtual ~FrameSource() = default;
+  // The next frame, or a kTimeout frame after `timeout`. Views in the frame are valid
+  // until the next Read().
+  virtual Result<Frame> Read(std::chrono::milliseconds timeout) = 0;
+  // Reports the positions written, flushed (durable: safe to forget) and applied.
+  virtual Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested) = 0;
+};
+
+class ReplicationConnection : public FrameSource {
  public:
   // Opens a walsender connection. `conninfo` is any libpq keyword/value string or URI
   // (unix socket or TCP); replication=database is forced, application_name defaults to
@@ -81,7 +93,7 @@ class ReplicationConnection {
   // (pg_hba.conf), kNotFound (role or database missing).
   static Result<std::unique_ptr<ReplicationConnection>> Connect(std::string_view conninfo);
 
-  ~ReplicationConnection();
+  ~ReplicationConnection() override;
   ReplicationConnection(const ReplicationConnection&) = delete;
   ReplicationConnection& operator=(const ReplicationConnection&) = delete;
 
@@ -115,12 +127,12 @@ class ReplicationConnection {
   // previous Frame's xlog.data. Errors: kUnavailable (connection lost: restart from the
   // slot), kDataLoss (malformed framing), or the server's error mapped (pg_error.h).
   // REQUIRES: streaming().
-  Result<Frame> Read(std::chrono::milliseconds timeout);
+  Result<Frame> Read(std::chrono::milliseconds timeout) override;
 
   // Queues a standby status update ('r') with client time = now and flushes what the
   // socket takes without blocking. kUnavailable if the connection is broken.
   // REQUIRES: streaming().
-  Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested = false);
+  Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested = false) override;
 
   // Ends COPY (CopyDone), drains the server's remaining output and closes the
   // connection. Idempotent. After Close, only the destructor may be called.

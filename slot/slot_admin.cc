@@ -157,6 +157,16 @@ Result<Lsn> SlotAdmin::CurrentWalLsn() {
   return *lsn;
 }
 
+Status SlotAdmin::EmitMessage(bool transactional, std::string_view prefix,
+                              std::string_view content) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r, Query("emitting a logical message",
+                           "SELECT pg_logical_emit_message($1::boolean, $2, $3)",
+                           {transactional ? "true" : "false", std::string(prefix),
+                            std::string(content)}));
+  return Status::Ok();
+}
+
 Result<bool> SlotAdmin::HasReplicationPrivilege() {
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("checking the REPLICATION attribute",
                                                  "SELECT rolreplication OR rolsuper FROM pg_roles "

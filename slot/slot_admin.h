@@ -79,6 +79,10 @@ class SlotAdmin {
   Result<bool> HasReplicationPrivilege();
   Result<Lsn> CurrentWalLsn();
 
+  // pg_logical_emit_message(transactional, prefix, content): a message every logical slot
+  // of the database sees (heartbeats). Returns once written.
+  Status EmitMessage(bool transactional, std::string_view prefix, std::string_view content);
+
   std::string user() const;
 
  private:

@@ -212,6 +212,11 @@ std::vector<OptionSpec> BuildRunOptions() {
                      &RelayConfig::reconnect_min));
   o.push_back(Millis("flow.reconnect_max_ms", "Cap of the exponential reconnect delay (ms).",
                      &RelayConfig::reconnect_max));
+  o.push_back(Millis("flow.heartbeat_interval_ms",
+                     "Emit a heartbeat (non-transactional logical message, never published) "
+                     "this often; it measures end-to-end lag and keeps an idle database's slot "
+                     "moving. 0 = off.",
+                     &RelayConfig::heartbeat_interval));
   o.push_back(Str("dead_letter.table",
                   "Table in the source database that receives events that can never be "
                   "published (with reason and LSN); created when missing.",

@@ -7,11 +7,15 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 
 namespace walrelay::relay {
+
+// Prefix of the relay's heartbeat messages (non-transactional, never published).
+inline constexpr std::string_view kHeartbeatPrefix = "walrelay.heartbeat";
 
 // Column names of an outbox table. Defaults match the documented schema:
 //   outbox(id bigint identity PK, event_id uuid NOT NULL DEFAULT gen_random_uuid(),
@@ -64,6 +68,9 @@ struct RelayConfig {
 
   // --- failure handling
   std::string dead_letter_table = "walrelay_dead_letter";
+
+  // Heartbeat period (0 = off): pg_logical_emit_message(false, kHeartbeatPrefix, <µs>).
+  std::chrono::milliseconds heartbeat_interval{0};
 
   // --- operations
   std::string metrics_address;  // host:port for /metrics, /healthz; empty = off

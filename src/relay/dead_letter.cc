@@ -2,6 +2,8 @@
 
 #include <libpq-fe.h>
 
+#include <spdlog/spdlog.h>
+
 #include <array>
 
 #include "src/relay/schema.h"
@@ -22,6 +24,13 @@ Status ExecOk(PGconn* conn, const std::string& sql, std::string_view what) {
 }
 
 }  // namespace
+
+Status LoggingDeadLetterSink::Write(const DeadLetter& l) {
+  ++count_;
+  spdlog::warn("dead letter (not stored) {} of {} at {} #{}: {}", l.event_id, l.source,
+               l.commit_lsn.ToString(), l.ordinal, l.reason);
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::string& conninfo,
                                                                  const std::string& table,

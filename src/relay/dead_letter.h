@@ -36,20 +36,38 @@ struct DeadLetter {
   std::string_view reason;
 };
 
-class DeadLetterWriter {
+// Where unpublishable events go. Write() returns once the letter is durable.
+class DeadLetterSink {
+ public:
+  virtual ~DeadLetterSink() = default;
+  virtual Status Write(const DeadLetter& letter) = 0;
+};
+
+// Counts and logs letters without storing them: for replaying recordings, where no source
+// database is at hand.
+class LoggingDeadLetterSink : public DeadLetterSink {
+ public:
+  Status Write(const DeadLetter& letter) override;
+  uint64_t count() const { return count_; }
+
+ private:
+  uint64_t count_ = 0;
+};
+
+class DeadLetterWriter : public DeadLetterSink {
  public:
   // Connects (normal connection) and creates the table when missing. `table` may be
   // schema-qualified.
   static Result<std::unique_ptr<DeadLetterWriter>> Open(const std::string& conninfo,
                                                         const std::string& table,
                                                         const std::string& slot);
-  ~DeadLetterWriter();
+  ~DeadLetterWriter() override;
   DeadLetterWriter(const DeadLetterWriter&) = delete;
   DeadLetterWriter& operator=(const DeadLetterWriter&) = delete;
 
   // Inserts and commits one row (idempotent per slot/commit_lsn/ordinal).
   // kUnavailable when the database cannot be reached (the session restarts).
-  Status Write(const DeadLetter& letter);
+  Status Write(const DeadLetter& letter) override;
 
  private:
   DeadLetterWriter(PGconn* conn, std::string insert_sql, std::string slot);

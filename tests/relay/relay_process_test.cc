@@ -83,7 +83,7 @@ class RelayProcessTest : public ::testing::Test {
                   "'walrelay'");
   }
   bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
-    Lsn target = Scalar("SELECT pg_current_wal_lsn()");
+    Lsn target = Scalar("SELECT pg_current_wal_insert_lsn()");
     for (auto until = std::chrono::steady_clock::now() + timeout;
          std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(50ms)) {
       if (ConfirmedFlush() >= target) return true;

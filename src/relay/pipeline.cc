@@ -1,0 +1,342 @@
+#include "src/relay/pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
+#include "slot/wire.h"
+
+namespace walrelay::relay {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+Result<std::unique_ptr<KafkaSink>> KafkaSink::Create(kafka::ProducerOptions options) {
+  std::unique_ptr<KafkaSink> sink(new KafkaSink());
+  KafkaSink* raw = sink.get();
+  WALRELAY_ASSIGN_OR_RETURN(
+      sink->producer_,
+      kafka::Producer::Create(std::move(options), [raw](uint64_t cookie, const Status& st,
+                                                        const kafka::DeliveredRecord& rec) {
+        if (raw->handler_) raw->handler_(cookie, st, rec.key().size() + rec.value().size(), &rec);
+      }));
+  return sink;
+}
+
+Status NullSink::Produce(std::string_view, std::string_view key, std::string_view value,
+                         std::span<const kafka::Header>, uint64_t cookie) {
+  pending_.emplace_back(cookie, key.size() + value.size());
+  ++records_;
+  bytes_ += key.size() + value.size();
+  return Status::Ok();
+}
+
+int NullSink::Poll(std::chrono::milliseconds) {
+  const int n = static_cast<int>(pending_.size());
+  for (const auto& [cookie, bytes] : pending_) {
+    if (handler_) handler_(cookie, Status::Ok(), bytes, nullptr);
+  }
+  pending_.clear();
+  return n;
+}
+
+Status NullSink::Flush(std::chrono::milliseconds timeout) {
+  Poll(timeout);
+  return Status::Ok();
+}
+
+Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSource& source,
+                   RecordSink& sink, DeadLetterSink& dead_letters, Options options)
+    : config_(config),
+      stats_(stats),
+      source_(source),
+      sink_(sink),
+      dead_letters_(dead_letters),
+      options_(std::move(options)),
+      mapper_(config),
+      next_status_(Clock::now()),
+      next_tick_(Clock::now()) {
+  sink_.SetDeliveryHandler([this](uint64_t cookie, const Status& st, size_t bytes,
+                                  const kafka::DeliveredRecord* record) {
+    OnDelivery(cookie, st, bytes, record);
+  });
+}
+
+void Pipeline::OnHeartbeat(std::string_view content) {
+  int64_t sent_us = 0;
+  auto [p, ec] = std::from_chars(content.data(), content.data() + content.size(), sent_us);
+  stats_.heartbeats.fetch_add(1, std::memory_order_relaxed);
+  if (ec != std::errc() || p != content.data() + content.size()) {
+    spdlog::warn("heartbeat message with unexpected content '{}'", content);
+    return;
+  }
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  stats_.heartbeat_lag_us.store(std::max<int64_t>(0, now_us - sent_us), std::memory_order_relaxed);
+}
+
+void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
+                          const kafka::DeliveredRecord* delivered) {
+  in_flight_bytes_ -= std::min<uint64_t>(in_flight_bytes_, bytes);
+  if (status.ok()) {
+    tracker_.Ack(cookie);
+    stats_.events_acked.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (status.code() == StatusCode::kInvalidArgument && delivery_failure_.ok() &&
+      delivered != nullptr) {
+    const kafka::DeliveredRecord& record = *delivered;
+    // The broker refused the record for good (e.g. larger than its limit): dead-letter it
+    // from the record's own headers, then it counts as handled.
+    const std::string reason = "Kafka refused the record: " + status.message();
+    DeadLetter l;
+    l.source = record.Header("walrelay.source");
+    l.commit_lsn = Lsn::Parse(record.Header("walrelay.lsn")).value_or(Lsn());
+    l.ordinal = static_cast<uint32_t>(std::strtoul(std::string(record.Header("walrelay.ordinal")).c_str(), nullptr, 10));
+    l.xid = static_cast<uint32_t>(std::strtoul(std::string(record.Header("walrelay.xid")).c_str(), nullptr, 10));
+    l.event_id = record.Header("event_id");
+    l.aggregate_id = record.key();
+    l.event_type = record.Header("event_type");
+    l.topic = record.topic();
+    l.payload = record.value();
+    l.reason = reason;
+    Status st = WriteDeadLetter(l);
+    if (st.ok()) {
+      tracker_.Ack(cookie);
+      return;
+    }
+    delivery_failure_ = st;
+    return;
+  }
+  if (delivery_failure_.ok()) {
+    delivery_failure_ = status.WithContext("delivery failed");
+  }
+}
+
+Status Pipeline::WriteDeadLetter(const DeadLetter& letter) {
+  WALRELAY_RETURN_IF_ERROR(dead_letters_.Write(letter));
+  stats_.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("dead-lettered event {} of {} (commit {}, #{}): {}", letter.event_id,
+               letter.source, letter.commit_lsn.ToString(), letter.ordinal, letter.reason);
+  return Status::Ok();
+}
+
+DeadLetter Pipeline::LetterForCurrent(std::string_view source,
+                                                   std::string_view reason,
+                                                   std::string_view payload) const {
+  DeadLetter l;
+  l.source = source;
+  l.commit_lsn = tx_commit_lsn_;
+  l.ordinal = tx_ordinal_;
+  l.xid = assembler_.xid();
+  l.event_id = event_.event_id;
+  l.aggregate_id = event_.key;
+  l.event_type = event_.event_type;
+  l.topic = event_.topic;
+  l.payload = payload;
+  l.reason = reason;
+  return l;
+}
+
+Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view source,
+                                           std::string_view raw_payload) {
+  if (!mapped.ok()) {
+    if (mapped.code() != StatusCode::kInvalidArgument) return mapped;
+    WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, mapped.message(), raw_payload)));
+    ++tx_ordinal_;
+    return Status::Ok();
+  }
+  headers_.clear();
+  headers_.push_back({"event_id", event_.event_id});
+  headers_.push_back({"event_type", event_.event_type});
+  if (!event_.aggregate_type.empty()) headers_.push_back({"aggregate_type", event_.aggregate_type});
+  for (const auto& [name, value] : event_.extra_headers) headers_.push_back({name, value});
+  headers_.push_back({"walrelay.source", source});
+  headers_.push_back({"walrelay.lsn", lsn_text_});
+  headers_.push_back({"walrelay.xid", xid_text_});
+  headers_.push_back({"walrelay.commit_time", time_text_});
+  ordinal_text_ = std::to_string(tx_ordinal_);
+  headers_.push_back({"walrelay.ordinal", ordinal_text_});
+  const uint64_t token = tracker_.AddEvent(tx_);
+  Status st = sink_.Produce(event_.topic, event_.key, event_.value, headers_, token);
+  if (st.code() == StatusCode::kInvalidArgument) {
+    // Refused locally (too large): dead-letter; the token is acked right away.
+    WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, st.message(), event_.value)));
+    tracker_.Ack(token);
+  } else if (!st.ok()) {
+    return st;
+  } else {
+    in_flight_bytes_ += event_.key.size() + event_.value.size();
+    stats_.events_produced.fetch_add(1, std::memory_order_relaxed);
+  }
+  ++tx_ordinal_;
+  return Status::Ok();
+}
+
+Status Pipeline::HandleMessage(const pgoutput::Message& m,
+                                     const pgoutput::TransactionAssembler::Event& e) {
+  using pgoutput::TransactionAssembler;
+  switch (e.boundary) {
+    case TransactionAssembler::Boundary::kBegin: {
+      const auto& begin = std::get<pgoutput::Begin>(m);
+      tx_ = tracker_.BeginTransaction();
+      tx_commit_lsn_ = begin.final_lsn;
+      tx_ordinal_ = 0;
+      lsn_text_ = begin.final_lsn.ToString();
+      xid_text_ = std::to_string(begin.xid);
+      time_text_ = std::to_string(slot::PgTimeToUnixMicros(begin.commit_time));
+      return Status::Ok();
+    }
+    case TransactionAssembler::Boundary::kCommit:
+      tracker_.CommitTransaction(tx_, e.end_lsn);
+      tx_ = 0;
+      stats_.transactions.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    case TransactionAssembler::Boundary::kNone:
+      break;
+    default:
+      return DataLossError(
+          "unexpected streaming or two-phase message (walrelay starts replication without "
+          "streaming and two_phase)");
+  }
+  if (const auto* rel = std::get_if<pgoutput::Relation>(&m)) {
+    mapper_.OnRelation(*rel);
+  } else if (const auto* ins = std::get_if<pgoutput::Insert>(&m)) {
+    if (!mapper_.IsOutbox(ins->relation_id)) return Status::Ok();
+    Status mapped = mapper_.MapInsert(*ins, &event_);
+    if (!mapped.ok()) {
+      const std::string row = mapper_.RowAsJson(*ins);
+      return PublishOrDeadLetter(mapped, mapper_.TableName(ins->relation_id), row);
+    }
+    return PublishOrDeadLetter(mapped, mapper_.TableName(ins->relation_id), event_.value);
+  } else if (const auto* upd = std::get_if<pgoutput::Update>(&m)) {
+    if (mapper_.IsOutbox(upd->relation_id)) {
+      stats_.skipped_updates.fetch_add(1, std::memory_order_relaxed);
+      spdlog::debug("UPDATE on outbox table {} ignored (only INSERTs publish)",
+                    mapper_.TableName(upd->relation_id));
+    }
+  } else if (const auto* del = std::get_if<pgoutput::Delete>(&m)) {
+    if (mapper_.IsOutbox(del->relation_id)) stats_.skipped_deletes.fetch_add(1, std::memory_order_relaxed);
+  } else if (const auto* tr = std::get_if<pgoutput::Truncate>(&m)) {
+    for (auto oid : tr->relation_ids) {
+      if (mapper_.IsOutbox(oid)) {
+        stats_.skipped_truncates.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("TRUNCATE of outbox table {} seen (nothing to publish)", mapper_.TableName(oid));
+      }
+    }
+  } else if (const auto* msg = std::get_if<pgoutput::LogicalMessage>(&m)) {
+    if (msg->prefix == kHeartbeatPrefix && !msg->transactional()) {
+      OnHeartbeat(msg->content);
+      return Status::Ok();
+    }
+    if (!mapper_.IsOutboxMessage(*msg)) {
+      stats_.skipped_messages.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    }
+    if (!msg->transactional()) {
+      // Outside any transaction: there is no commit to hold back, and no event to publish
+      // atomically. Dead-letter it under its own LSN.
+      tx_commit_lsn_ = msg->lsn;
+      tx_ordinal_ = 0;
+      event_ = {};
+    }
+    Status mapped = mapper_.MapMessage(*msg, &event_);
+    return PublishOrDeadLetter(mapped, "message:" + config_.message_prefix, msg->content);
+  }
+  return Status::Ok();
+}
+
+Status Pipeline::HandleXLogData(const slot::XLogData& x) {
+  stats_.bytes_received.fetch_add(x.data.size(), std::memory_order_relaxed);
+  pgoutput::DecodeOptions opts;
+  opts.protocol_version = options_.protocol_version;
+  Status st = pgoutput::Decode(x.data, opts, &message_);
+  if (!st.ok()) return st.WithContext("at WAL position " + x.wal_start.ToString());
+  auto event = assembler_.Feed(message_);
+  if (!event.ok()) return event.status().WithContext("at WAL position " + x.wal_start.ToString());
+  WALRELAY_RETURN_IF_ERROR(HandleMessage(message_, *event));
+  if (x.wal_end > received_) received_ = x.wal_end;
+  return Status::Ok();
+}
+
+Status Pipeline::SendStatus(bool reply_requested) {
+  Lsn flush = tracker_.FlushLsn();
+  WALRELAY_RETURN_IF_ERROR(
+      source_.SendStatus(std::max(received_, flush), flush, flush, reply_requested));
+  reported_events_total_ = tracker_.FlushedEventsTotal();
+  stats_.flush_lsn.store(flush.value, std::memory_order_relaxed);
+  stats_.received_lsn.store(received_.value, std::memory_order_relaxed);
+  if (flush != last_sent_flush_) {
+    spdlog::debug("confirmed flush position {}", flush.ToString());
+    last_sent_flush_ = flush;
+  }
+  next_status_ = Clock::now() + options_.status_interval;
+  return Status::Ok();
+}
+
+Status Pipeline::Run(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (options_.tick && Clock::now() >= next_tick_) {
+      WALRELAY_RETURN_IF_ERROR(options_.tick());
+      next_tick_ = Clock::now() + milliseconds(100);
+    }
+    sink_.Poll(milliseconds(0));
+    if (!delivery_failure_.ok()) return delivery_failure_;
+    WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
+    stats_.in_flight_events.store(UnconfirmedEvents(), std::memory_order_relaxed);
+    stats_.in_flight_bytes.store(in_flight_bytes_, std::memory_order_relaxed);
+
+    if (Clock::now() >= next_status_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+
+    if (AtCapacity()) {
+      // Backpressure: read nothing; serve acks, and confirm at once what became
+      // confirmable so the window reopens without waiting for the status period.
+      if (tracker_.FlushLsn() != last_sent_flush_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+      sink_.Poll(milliseconds(5));
+      continue;
+    }
+    auto wait = std::chrono::duration_cast<milliseconds>(next_status_ - Clock::now());
+    wait = std::clamp(wait, milliseconds(0), milliseconds(tracker_.InFlightEvents() ? 1 : 100));
+    WALRELAY_ASSIGN_OR_RETURN(slot::Frame frame, source_.Read(wait));
+    switch (frame.kind) {
+      case slot::Frame::Kind::kXLogData:
+        WALRELAY_RETURN_IF_ERROR(HandleXLogData(frame.xlog));
+        break;
+      case slot::Frame::Kind::kKeepalive: {
+        const slot::PrimaryKeepalive& k = frame.keepalive;
+        stats_.server_wal_end.store(k.wal_end.value, std::memory_order_relaxed);
+        if (k.wal_end > received_) received_ = k.wal_end;
+        // Everything before this keepalive has been read; with nothing open or in flight
+        // its position can be confirmed (an idle outbox must not pin WAL).
+        if (!assembler_.in_transaction()) tracker_.ObserveIdlePosition(k.wal_end);
+        if (k.reply_requested) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+        break;
+      }
+      case slot::Frame::Kind::kEndOfStream:
+        if (options_.end_of_stream_is_error) {
+          return UnavailableError("the server ended the replication stream");
+        }
+        return Drain();
+      case slot::Frame::Kind::kTimeout:
+        break;
+    }
+  }
+  return Drain();
+}
+
+Status Pipeline::Drain() {
+  spdlog::info("stopping: waiting up to {} ms for {} in-flight events",
+               config_.shutdown_timeout.count(), tracker_.InFlightEvents());
+  Status flushed = sink_.Flush(config_.shutdown_timeout);
+  if (!delivery_failure_.ok()) spdlog::warn("{}", delivery_failure_.ToString());
+  Status st = SendStatus(false);
+  spdlog::info("stopped at flush position {} ({} events still unacked will be replayed)",
+               tracker_.FlushLsn().ToString(), tracker_.InFlightEvents());
+  (void)flushed;
+  return st;
+}
+
+}  // namespace walrelay::relay

@@ -1,0 +1,165 @@
+// Pipeline: the relay's streaming core, independent of where the replication frames come
+// from (the live slot, or a recording being replayed) and where records go (Kafka, or
+// nowhere for decode-and-map benchmarks). One Pipeline lives for one session.
+//
+//   FrameSource ─► pgoutput::Decode ─► TransactionAssembler ─► OutboxMapper ─► RecordSink
+//        ▲                                                                        │
+//        └──── SendStatus(flush = AckTracker::FlushLsn) ◄──── delivery reports ◄──┘
+//
+// See relay.h for the guarantees (acked-only flush, backpressure, dead letters, idle
+// confirmation). Thread safety: single-threaded; the sink calls OnDelivery() on the
+// pipeline's thread, from inside Produce/Poll/Flush.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "decoder/pgoutput.h"
+#include "decoder/transaction_assembler.h"
+#include "slot/replication_connection.h"
+#include "src/kafka/producer.h"
+#include "src/relay/ack_tracker.h"
+#include "src/relay/config.h"
+#include "src/relay/dead_letter.h"
+#include "src/relay/outbox_mapper.h"
+#include "src/relay/relay_stats.h"
+
+namespace walrelay::relay {
+
+// Where mapped records go. Every accepted Produce() gets exactly one delivery report,
+// passed to the handler set with SetDeliveryHandler() from inside Produce/Poll/Flush.
+class RecordSink {
+ public:
+  // `record` is null when the sink has no record to show (only consulted on failures).
+  using DeliveryHandler = std::function<void(uint64_t cookie, const Status& status, size_t bytes,
+                                             const kafka::DeliveredRecord* record)>;
+  virtual ~RecordSink() = default;
+  virtual void SetDeliveryHandler(DeliveryHandler handler) = 0;
+  // kInvalidArgument: the record can never be delivered (dead-letter it); other errors
+  // end the session.
+  virtual Status Produce(std::string_view topic, std::string_view key, std::string_view value,
+                         std::span<const kafka::Header> headers, uint64_t cookie) = 0;
+  virtual int Poll(std::chrono::milliseconds timeout) = 0;
+  virtual Status Flush(std::chrono::milliseconds timeout) = 0;
+  // OK, or the sticky fatal error that ends the session.
+  virtual Status Fatal() const = 0;
+};
+
+// The Kafka sink: the idempotent producer.
+class KafkaSink : public RecordSink {
+ public:
+  static Result<std::unique_ptr<KafkaSink>> Create(kafka::ProducerOptions options);
+  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
+  Status Produce(std::string_view topic, std::string_view key, std::string_view value,
+                 std::span<const kafka::Header> headers, uint64_t cookie) override {
+    return producer_->Produce(topic, key, value, headers, cookie);
+  }
+  int Poll(std::chrono::milliseconds timeout) override { return producer_->Poll(timeout); }
+  Status Flush(std::chrono::milliseconds timeout) override { return producer_->Flush(timeout); }
+  Status Fatal() const override { return producer_->fatal(); }
+  kafka::Producer& producer() { return *producer_; }
+
+ private:
+  KafkaSink() = default;
+  std::unique_ptr<kafka::Producer> producer_;
+  DeliveryHandler handler_;
+};
+
+// Acknowledges every record at the next Poll(): decode-and-map only (replay benchmarks).
+class NullSink : public RecordSink {
+ public:
+  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
+  Status Produce(std::string_view topic, std::string_view key, std::string_view value,
+                 std::span<const kafka::Header> headers, uint64_t cookie) override;
+  int Poll(std::chrono::milliseconds timeout) override;
+  Status Flush(std::chrono::milliseconds timeout) override;
+  Status Fatal() const override { return Status::Ok(); }
+  uint64_t records() const { return records_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  DeliveryHandler handler_;
+  std::vector<std::pair<uint64_t, size_t>> pending_;  // cookie, bytes
+  uint64_t records_ = 0, bytes_ = 0;
+};
+
+class Pipeline {
+ public:
+  struct Options {
+    std::chrono::milliseconds status_interval{1000};
+    // Live slot: the end of the stream is a failure (retry). Recording: the end.
+    bool end_of_stream_is_error = true;
+    int protocol_version = 1;
+    // Called about every 100 ms from the loop (heartbeats); an error ends the session.
+    std::function<Status()> tick;
+  };
+
+  // All references must outlive the Pipeline.
+  Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSource& source,
+           RecordSink& sink, DeadLetterSink& dead_letters, Options options);
+
+  // Streams until `stop` is set (then drains: bounded wait for acks, final status; OK),
+  // until the end of a recording (drains; OK), or a failure (returned; nothing drained —
+  // the next session replays from the confirmed position).
+  Status Run(const std::atomic<bool>& stop);
+
+  Lsn flush_lsn() const { return tracker_.FlushLsn(); }
+
+ private:
+  Status HandleXLogData(const slot::XLogData& x);
+  Status HandleMessage(const pgoutput::Message& m, const pgoutput::TransactionAssembler::Event& e);
+  Status PublishOrDeadLetter(const Status& mapped, std::string_view source,
+                             std::string_view payload_for_dead_letter);
+  Status WriteDeadLetter(const DeadLetter& letter);
+  DeadLetter LetterForCurrent(std::string_view source, std::string_view reason,
+                              std::string_view payload) const;
+  Status SendStatus(bool reply_requested);
+  Status Drain();
+  void OnHeartbeat(std::string_view content);
+  void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
+                  const kafka::DeliveredRecord* record);
+  // Events PostgreSQL would resend if the relay died now: produced in transactions not
+  // yet confirmed by a status update. The in-flight cap applies to these, so it bounds
+  // both memory and the duplicates a crash can cause.
+  uint64_t UnconfirmedEvents() const {
+    return tracker_.UnflushedEvents() + (tracker_.FlushedEventsTotal() - reported_events_total_);
+  }
+  bool AtCapacity() const {
+    return UnconfirmedEvents() >= static_cast<uint64_t>(config_.max_in_flight_events) ||
+           in_flight_bytes_ >= static_cast<uint64_t>(config_.max_in_flight_bytes);
+  }
+
+  const RelayConfig& config_;
+  RelayStats& stats_;
+  slot::FrameSource& source_;
+  RecordSink& sink_;
+  DeadLetterSink& dead_letters_;
+  Options options_;
+
+  OutboxMapper mapper_;
+  AckTracker tracker_;
+  pgoutput::TransactionAssembler assembler_;
+  pgoutput::Message message_;
+  OutboxEvent event_;
+  std::vector<kafka::Header> headers_;
+  std::string lsn_text_, xid_text_, time_text_, ordinal_text_;
+
+  AckTracker::Tx tx_ = 0;
+  Lsn tx_commit_lsn_;
+  uint32_t tx_ordinal_ = 0;
+  uint64_t in_flight_bytes_ = 0;
+  Status delivery_failure_;  // first failed delivery report: ends the session
+  Lsn received_;
+  Lsn last_sent_flush_;
+  uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
+  std::chrono::steady_clock::time_point next_status_;
+  std::chrono::steady_clock::time_point next_tick_;
+};
+
+}  // namespace walrelay::relay

@@ -1,0 +1,33 @@
+// RelayStats: the relay's counters and gauges, written by the pipeline thread and read by
+// the metrics endpoint and tests. Relaxed atomics: each value is exact, the set is not a
+// snapshot.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace walrelay::relay {
+
+// Counters exported as metrics. Monotonic unless noted; read with relaxed loads.
+struct RelayStats {
+  std::atomic<uint64_t> events_produced{0};       // handed to the producer
+  std::atomic<uint64_t> events_acked{0};          // delivery report OK
+  std::atomic<uint64_t> events_dead_lettered{0};  // written to the dead-letter table
+  std::atomic<uint64_t> transactions{0};          // Commit messages seen
+  std::atomic<uint64_t> skipped_updates{0};       // UPDATE on an outbox table (not published)
+  std::atomic<uint64_t> skipped_deletes{0};
+  std::atomic<uint64_t> skipped_truncates{0};
+  std::atomic<uint64_t> skipped_messages{0};      // logical messages with another prefix
+  std::atomic<uint64_t> bytes_received{0};        // pgoutput payload bytes
+  std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted
+  std::atomic<uint64_t> in_flight_events{0};      // gauge
+  std::atomic<uint64_t> in_flight_bytes{0};       // gauge
+  std::atomic<uint64_t> flush_lsn{0};             // gauge: last confirmed position
+  std::atomic<uint64_t> received_lsn{0};          // gauge: last position received
+  std::atomic<uint64_t> server_wal_end{0};        // gauge: server's WAL end (keepalive)
+  std::atomic<int> streaming{0};                  // gauge: 1 while a session streams
+  std::atomic<uint64_t> heartbeats{0};            // heartbeat messages seen in the stream
+  std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
+};
+
+}  // namespace walrelay::relay
