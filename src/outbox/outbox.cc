@@ -1,0 +1,379 @@
+#include "src/outbox/outbox.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "src/relay/schema.h"
+
+namespace walrelay::outbox {
+namespace {
+
+constexpr uint64_t kMaxTimestampMs = (uint64_t{1} << 48) - 1;
+
+// ---- process-wide generator
+
+std::mutex g_mu;
+UuidV7Generator* g_generator = nullptr;  // leaked on purpose: usable during static destruction
+
+// fork(): hold the mutex across it so the child never inherits it locked by a thread that
+// does not exist there, and give the child a fresh state (no shared random bytes).
+void BeforeFork() { g_mu.lock(); }
+void AfterForkInParent() { g_mu.unlock(); }
+void AfterForkInChild() {
+  g_generator->Reset();
+  g_mu.unlock();
+}
+
+UuidV7Generator& Generator() {
+  static UuidV7Generator* generator = [] {
+    g_generator = new UuidV7Generator();
+    pthread_atfork(&BeforeFork, &AfterForkInParent, &AfterForkInChild);
+    return g_generator;
+  }();
+  return *generator;
+}
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// ---- libpq helpers
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+Status MapError(PGconn* conn, const PGresult* res, std::string_view context) {
+  const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+  std::string msg = res != nullptr ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  std::string sqlstate = state != nullptr ? state : "";
+  std::string text = std::string(context) + ": " + msg;
+  if (!sqlstate.empty()) text += " (SQLSTATE " + sqlstate + ")";
+  if (PQstatus(conn) != CONNECTION_OK || sqlstate.empty()) return UnavailableError(text);
+  const std::string_view cls = std::string_view(sqlstate).substr(0, 2);
+  if (sqlstate == "40001" || sqlstate == "40P01" || cls == "08" || cls == "57" || cls == "53") {
+    return UnavailableError(text);
+  }
+  if (sqlstate == "25P02") return FailedPreconditionError(text);
+  if (cls == "22" || cls == "23") return InvalidArgumentError(text);
+  if (sqlstate == "42501") return PermissionDeniedError(text);
+  return InternalError(text);
+}
+
+Status CheckTransaction(PGconn* conn) {
+  if (conn == nullptr) return InvalidArgumentError("outbox: null PGconn");
+  switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+      return Status::Ok();
+    case PQTRANS_IDLE:
+      return FailedPreconditionError(
+          "outbox: the connection is not inside a transaction: run BEGIN first (an event "
+          "written in autocommit is not atomic with the business write)");
+    case PQTRANS_INERROR:
+      return FailedPreconditionError(
+          "outbox: the transaction is aborted by an earlier error: roll it back");
+    case PQTRANS_ACTIVE:
+      return FailedPreconditionError("outbox: a command is in progress on the connection");
+    case PQTRANS_UNKNOWN:
+    default:
+      return UnavailableError(std::string("outbox: connection is bad: ") + PQerrorMessage(conn));
+  }
+}
+
+bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+Status Exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& values,
+            std::string_view context) {
+  ResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                             values.data(), nullptr, nullptr, 0));
+  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
+  return MapError(conn, res.get(), context);
+}
+
+std::string HeadersJson(const std::map<std::string, std::string>& headers) {
+  std::string out = "{";
+  for (const auto& [name, value] : headers) {
+    if (out.size() > 1) out += ',';
+    out += JsonQuote(name);
+    out += ':';
+    out += JsonQuote(value);
+  }
+  out += '}';
+  return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ UUIDv7
+
+void UuidV7Generator::FillRandom(uint8_t* out, size_t n) {
+  while (n > 0) {
+    if (pool_pos_ == pool_.size()) {
+      size_t got = 0;
+      while (got < pool_.size()) {
+        ssize_t r = getrandom(pool_.data() + got, pool_.size() - got, 0);
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          // No CSPRNG: ids could collide, which would silently merge events downstream.
+          std::fprintf(stderr, "walrelay outbox: getrandom failed: %s\n", std::strerror(errno));
+          std::abort();
+        }
+        got += static_cast<size_t>(r);
+      }
+      pool_pos_ = 0;
+    }
+    const size_t take = std::min(n, pool_.size() - pool_pos_);
+    std::memcpy(out, pool_.data() + pool_pos_, take);
+    // Bytes handed out are wiped from the pool so they can never be handed out twice.
+    std::memset(pool_.data() + pool_pos_, 0, take);
+    pool_pos_ += take;
+    out += take;
+    n -= take;
+  }
+}
+
+void UuidV7Generator::Reset() {
+  have_last_ = false;
+  last_ms_ = last_rand_hi_ = last_rand_lo_ = 0;
+  pool_.fill(0);
+  pool_pos_ = pool_.size();
+}
+
+UuidBytes UuidV7Generator::Next(uint64_t unix_ms) {
+  if (unix_ms > kMaxTimestampMs) unix_ms = kMaxTimestampMs;
+  auto draw_fresh = [this](uint64_t ms) {
+    uint8_t r[10];
+    FillRandom(r, sizeof r);
+    last_ms_ = ms;
+    last_rand_hi_ = ((uint64_t{r[0]} << 8) | r[1]) & 0x3ff;
+    uint64_t lo = 0;
+    for (int i = 2; i < 10; ++i) lo = (lo << 8) | r[i];
+    last_rand_lo_ = lo;
+    have_last_ = true;
+  };
+  if (!have_last_ || unix_ms > last_ms_) {
+    draw_fresh(unix_ms);
+  } else {
+    // Same or earlier millisecond: keep the previous timestamp, add a random increment
+    // in [1, 2^32] to the 74-bit counter.
+    uint8_t r[4];
+    FillRandom(r, sizeof r);
+    const uint64_t inc =
+        ((uint64_t{r[0]} << 24) | (uint64_t{r[1]} << 16) | (uint64_t{r[2]} << 8) | r[3]) + 1;
+    const uint64_t lo = last_rand_lo_ + inc;
+    uint64_t hi = last_rand_hi_ + (lo < last_rand_lo_ ? 1 : 0);
+    if (hi > 0x3ff) {
+      // Counter overflow: move to the next millisecond (the clamp at the 48-bit maximum,
+      // year 10889, is not a practical concern).
+      draw_fresh(last_ms_ < kMaxTimestampMs ? last_ms_ + 1 : last_ms_);
+    } else {
+      last_rand_lo_ = lo;
+      last_rand_hi_ = hi;
+    }
+  }
+  UuidBytes b{};
+  for (int i = 0; i < 6; ++i) b[i] = static_cast<uint8_t>(last_ms_ >> (8 * (5 - i)));
+  // 74-bit counter C = hi(10) : lo(64); rand_a = C >> 62 (12 bits), rand_b = C & (2^62-1).
+  const uint64_t rand_a = (last_rand_hi_ << 2) | (last_rand_lo_ >> 62);
+  const uint64_t rand_b = last_rand_lo_ & ((uint64_t{1} << 62) - 1);
+  b[6] = static_cast<uint8_t>(0x70 | ((rand_a >> 8) & 0x0f));
+  b[7] = static_cast<uint8_t>(rand_a & 0xff);
+  b[8] = static_cast<uint8_t>(0x80 | ((rand_b >> 56) & 0x3f));
+  for (int i = 9; i < 16; ++i) b[i] = static_cast<uint8_t>(rand_b >> (8 * (15 - i)));
+  return b;
+}
+
+std::string FormatUuid(const UuidBytes& bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(36);
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += kHex[bytes[i] >> 4];
+    s += kHex[bytes[i] & 0x0f];
+  }
+  return s;
+}
+
+UuidBytes NewUuidV7Bytes() {
+  UuidV7Generator& gen = Generator();
+  std::lock_guard<std::mutex> lock(g_mu);
+  return gen.Next(NowUnixMs());
+}
+
+std::string NewUuidV7() { return FormatUuid(NewUuidV7Bytes()); }
+
+// ------------------------------------------------------------------------------ JSON
+
+std::string JsonQuote(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 0x0f];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+// ------------------------------------------------------------------------------ writer
+
+OutboxWriter::OutboxWriter(OutboxTarget target) : target_(std::move(target)) {
+  const relay::OutboxColumns& c = target_.columns;
+  std::vector<std::string> cols = {c.event_id};
+  if (!c.aggregate_type.empty()) cols.push_back(c.aggregate_type);
+  cols.push_back(c.aggregate_id);
+  if (!c.topic.empty()) cols.push_back(c.topic);
+  cols.push_back(c.event_type);
+  cols.push_back(c.payload);
+  if (!c.headers.empty()) cols.push_back(c.headers);
+  std::string names, params;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    if (i > 0) {
+      names += ", ";
+      params += ", ";
+    }
+    names += relay::QuoteIdentifier(cols[i]);
+    // Untyped parameters: PostgreSQL coerces them to the column's type (uuid, jsonb, ...),
+    // so remapped columns of other types (text event_id, json payload) work too.
+    params += "$" + std::to_string(i + 1);
+  }
+  insert_sql_ = "INSERT INTO " + relay::QuoteQualifiedIdentifier(target_.table) + " (" + names +
+                ") VALUES (" + params + ")";
+}
+
+Status OutboxWriter::Check(PGconn* conn, const OutboxEvent& event, bool table_path) const {
+  WALRELAY_RETURN_IF_ERROR(CheckTransaction(conn));
+  if (event.aggregate_id.empty()) return InvalidArgumentError("outbox: aggregate_id is empty");
+  if (event.event_type.empty()) return InvalidArgumentError("outbox: event_type is empty");
+  if (event.payload.empty()) return InvalidArgumentError("outbox: payload is empty (need JSON)");
+  bool nul = HasNul(event.event_id) || HasNul(event.aggregate_type) || HasNul(event.aggregate_id) ||
+             HasNul(event.event_type) || HasNul(event.payload) ||
+             (event.topic && HasNul(*event.topic));
+  for (const auto& [k, v] : event.headers) nul = nul || HasNul(k) || HasNul(v);
+  if (nul) return InvalidArgumentError("outbox: a field contains a NUL byte");
+  if (table_path) {
+    const relay::OutboxColumns& c = target_.columns;
+    if (c.event_id.empty() || c.aggregate_id.empty() || c.event_type.empty() || c.payload.empty()) {
+      return InvalidArgumentError(
+          "outbox: event_id, aggregate_id, event_type and payload columns cannot be absent");
+    }
+    if (c.aggregate_type.empty() && !event.aggregate_type.empty()) {
+      return InvalidArgumentError("outbox: aggregate_type set but the table has no such column");
+    }
+    if (c.topic.empty() && event.topic) {
+      return InvalidArgumentError("outbox: topic set but the table has no topic column");
+    }
+    if (c.headers.empty() && !event.headers.empty()) {
+      return InvalidArgumentError("outbox: headers set but the table has no headers column");
+    }
+  }
+  return Status::Ok();
+}
+
+Status OutboxWriter::Append(PGconn* conn, const OutboxEvent& event,
+                            std::string* event_id_out) const {
+  WALRELAY_RETURN_IF_ERROR(Check(conn, event, /*table_path=*/true));
+  const std::string id = event.event_id.empty() ? NewUuidV7() : event.event_id;
+  const std::string headers = HeadersJson(event.headers);
+  const relay::OutboxColumns& c = target_.columns;
+  std::vector<const char*> values = {id.c_str()};
+  if (!c.aggregate_type.empty()) {
+    values.push_back(event.aggregate_type.empty() ? nullptr : event.aggregate_type.c_str());
+  }
+  values.push_back(event.aggregate_id.c_str());
+  if (!c.topic.empty()) values.push_back(event.topic ? event.topic->c_str() : nullptr);
+  values.push_back(event.event_type.c_str());
+  values.push_back(event.payload.c_str());
+  if (!c.headers.empty()) values.push_back(event.headers.empty() ? nullptr : headers.c_str());
+  WALRELAY_RETURN_IF_ERROR(Exec(conn, insert_sql_, values, "outbox: insert into " + target_.table));
+  if (event_id_out != nullptr) *event_id_out = id;
+  return Status::Ok();
+}
+
+Status OutboxWriter::AppendMessage(PGconn* conn, const OutboxEvent& event,
+                                   std::string* event_id_out) const {
+  WALRELAY_RETURN_IF_ERROR(Check(conn, event, /*table_path=*/false));
+  const std::string id = event.event_id.empty() ? NewUuidV7() : event.event_id;
+  const std::string headers = HeadersJson(event.headers);
+  // The envelope is built by PostgreSQL from separate parameters: the payload is parsed
+  // as one JSON value on its own ($7::jsonb), so it can neither be malformed nor smuggle
+  // extra envelope fields in; jsonb_build_object does the string escaping.
+  static const std::string kSql =
+      "SELECT pg_logical_emit_message(true, $1::text, jsonb_build_object("
+      "'event_id', $2::text, 'aggregate_type', $3::text, 'aggregate_id', $4::text, "
+      "'topic', $5::text, 'event_type', $6::text, 'payload', $7::jsonb, "
+      "'headers', $8::jsonb)::text)";
+  std::vector<const char*> values = {
+      target_.message_prefix.c_str(),
+      id.c_str(),
+      event.aggregate_type.empty() ? nullptr : event.aggregate_type.c_str(),
+      event.aggregate_id.c_str(),
+      event.topic ? event.topic->c_str() : nullptr,
+      event.event_type.c_str(),
+      event.payload.c_str(),
+      headers.c_str()};
+  WALRELAY_RETURN_IF_ERROR(Exec(conn, kSql, values, "outbox: pg_logical_emit_message"));
+  if (event_id_out != nullptr) *event_id_out = id;
+  return Status::Ok();
+}
+
+Status Append(PGconn* conn, const OutboxEvent& event, std::string* event_id_out) {
+  static const OutboxWriter writer;
+  return writer.Append(conn, event, event_id_out);
+}
+
+Status AppendMessage(PGconn* conn, const OutboxEvent& event, std::string* event_id_out) {
+  static const OutboxWriter writer;
+  return writer.AppendMessage(conn, event, event_id_out);
+}
+
+}  // namespace walrelay::outbox
