@@ -135,6 +135,10 @@ std::vector<OptionSpec> BuildRunOptions() {
                   &RelayConfig::slot));
   o.push_back(Str("source.publication", "Publication that covers the outbox tables.",
                   &RelayConfig::publication));
+  o.push_back(Str("source.plugin",
+                  "Output plugin of the slot: pgoutput, or wal2json (format-version 2; the "
+                  "wal2json extension must be installed on the server).",
+                  &RelayConfig::plugin));
   o.push_back(Bool("source.create_slot",
                    "Create the publication and the slot when missing (needs ownership of the "
                    "tables for the publication).",
@@ -221,6 +225,29 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "Table in the source database that receives events that can never be "
                   "published (with reason and LSN); created when missing.",
                   &RelayConfig::dead_letter_table));
+  o.push_back(Bool("recovery.enabled",
+                   "When the slot is lost (wal_status 'lost') or was dropped after streaming, "
+                   "recreate it and republish from the outbox tables every row after the "
+                   "recorded progress (duplicates possible, no loss). Off: refuse to start.",
+                   &RelayConfig::recovery_enabled));
+  o.push_back(Millis("recovery.lookback_ms",
+                     "Recovery also republishes rows created this long before the recorded "
+                     "progress: set it above your longest outbox-writing transaction.",
+                     &RelayConfig::recovery_lookback));
+  o.push_back(Str("recovery.progress_table",
+                  "Table in the source database where the relay records its progress (the "
+                  "highest confirmed outbox id per table); created when missing.",
+                  &RelayConfig::progress_table));
+  o.push_back(Str("guard.warn",
+                  "Retained WAL of the slot that logs a warning and is exported as state "
+                  "'warn': bytes (512MB, 2GB) or a fraction of max_slot_wal_keep_size (0.5).",
+                  &RelayConfig::guard_warn));
+  o.push_back(Str("guard.critical",
+                  "Retained WAL that makes the state 'critical' (and /readyz fail); same forms "
+                  "as guard.warn.",
+                  &RelayConfig::guard_critical));
+  o.push_back(Millis("guard.interval_ms", "How often the slot guard polls pg_replication_slots.",
+                     &RelayConfig::guard_interval));
   o.push_back(Str("ops.metrics_address",
                   "host:port serving /metrics (Prometheus), /healthz and /readyz; empty = off.",
                   &RelayConfig::metrics_address));

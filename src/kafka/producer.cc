@@ -267,6 +267,8 @@ std::string_view DeliveredRecord::value() const {
   return {static_cast<const char*>(message_->payload), message_->len};
 }
 
+int64_t DeliveredRecord::latency_us() const { return rd_kafka_message_latency(message_); }
+
 std::string_view DeliveredRecord::Header(std::string_view name) const {
   rd_kafka_headers_t* headers = nullptr;
   if (rd_kafka_message_headers(message_, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return {};

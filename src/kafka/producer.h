@@ -60,6 +60,8 @@ class DeliveredRecord {
   std::string_view topic() const;
   std::string_view key() const;
   std::string_view value() const;
+  // Microseconds from Produce() to this report, or -1 when unknown.
+  int64_t latency_us() const;
   // The first header named `name`, or "" when absent.
   std::string_view Header(std::string_view name) const;
 

@@ -74,6 +74,8 @@ class AckTracker {
   uint64_t UnflushedEvents() const { return unflushed_events_; }
   // Events of all transactions ever covered by FlushLsn(), cumulative.
   uint64_t FlushedEventsTotal() const { return flushed_events_total_; }
+  // Every transaction with a sequence <= this is covered by FlushLsn().
+  Tx FlushedThrough() const { return first_seq_ - 1; }
   // Transactions open or committed but not yet flushable.
   size_t PendingTransactions() const { return txs_.size(); }
 

@@ -1,5 +1,7 @@
 #include "src/relay/config.h"
 
+#include "src/relay/slot_guard.h"
+
 namespace walrelay::relay {
 
 Status RelayConfig::Validate() const {
@@ -11,6 +13,9 @@ Status RelayConfig::Validate() const {
   if (bootstrap_servers.empty() && !embedded_kafka) {
     return InvalidArgumentError(
         "no Kafka: set --kafka-bootstrap-servers host:port (or --kafka-embedded true for a demo)");
+  }
+  if (plugin != "pgoutput" && plugin != "wal2json") {
+    return InvalidArgumentError("--source-plugin '" + plugin + "': expected pgoutput or wal2json");
   }
   if (slot.empty() || publication.empty()) {
     return InvalidArgumentError("--source-slot and --source-publication must not be empty");
@@ -42,7 +47,8 @@ Status RelayConfig::Validate() const {
       shutdown_timeout.count() < 0) {
     return InvalidArgumentError(
         "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
-        "reconnect-max, shutdown timeout >= 0");
+        "reconnect-max, shutdown timeout, heartbeat interval and recovery lookback >= 0, "
+        "guard interval >= 100 ms");
   }
   for (const char* key : {"enable.idempotence", "acks"}) {
     auto it = kafka_properties.find(key);
@@ -54,6 +60,11 @@ Status RelayConfig::Validate() const {
                                   " would allow lost or duplicated-out-of-order events; walrelay "
                                   "requires enable.idempotence=true and acks=all");
     }
+  }
+  for (const auto& [flag, value] : {std::pair{"--guard-warn", &guard_warn},
+                                    std::pair{"--guard-critical", &guard_critical}}) {
+    auto t = Threshold::Parse(*value);
+    if (!t.ok()) return InvalidArgumentError(std::string(flag) + ": " + t.status().message());
   }
   if (log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
       log_level != "error") {

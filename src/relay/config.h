@@ -43,6 +43,8 @@ struct RelayConfig {
   std::string slot = "walrelay";  // logical slot name
   std::string publication = "walrelay_outbox";
   bool create_slot = true;                              // create publication + slot when missing
+  // Output plugin of the slot: "pgoutput" (default) or "wal2json" (format-version 2).
+  std::string plugin = "pgoutput";
   std::vector<std::string> tables = {"public.outbox"};  // schema-qualified outbox tables
   OutboxColumns columns;
   // Table-less outbox: transactional pg_logical_emit_message(true, prefix, envelope).
@@ -71,6 +73,17 @@ struct RelayConfig {
 
   // Heartbeat period (0 = off): pg_logical_emit_message(false, kHeartbeatPrefix, <µs>).
   std::chrono::milliseconds heartbeat_interval{0};
+
+  // --- lost-slot recovery (recovery.h)
+  bool recovery_enabled = true;
+  std::chrono::milliseconds recovery_lookback{3600000};  // longest expected transaction
+  std::string progress_table = "walrelay_progress";
+
+  // --- slot guard (slot_guard.h): thresholds on retained WAL, "512MB" or "0.5" (a
+  // fraction of max_slot_wal_keep_size)
+  std::string guard_warn = "1GB";
+  std::string guard_critical = "8GB";
+  std::chrono::milliseconds guard_interval{10000};
 
   // --- operations
   std::string metrics_address;  // host:port for /metrics, /healthz; empty = off

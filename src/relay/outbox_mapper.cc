@@ -70,6 +70,7 @@ void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
   m.is_outbox =
       std::find(config_.tables.begin(), config_.tables.end(), m.table) != config_.tables.end();
   const OutboxColumns& c = config_.columns;
+  m.id = FindColumn(relation, c.id);
   m.event_id = FindColumn(relation, c.event_id);
   m.aggregate_type = FindColumn(relation, c.aggregate_type);
   m.aggregate_id = FindColumn(relation, c.aggregate_id);
@@ -101,7 +102,8 @@ std::string_view OutboxMapper::TableName(pgoutput::Oid relation_id) const {
 
 void OutboxMapper::Reset(OutboxEvent* out) {
   owned_.clear();
-  out->topic = out->key = out->value = out->event_id = out->event_type = out->aggregate_type = {};
+  out->topic = out->key = out->value = out->event_id = out->event_type = out->aggregate_type =
+      out->id = {};
   out->extra_headers.clear();
 }
 
@@ -119,55 +121,73 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
   insert.new_tuple.FillColumns(&columns_);
   Reset(out);
 
-  // Returns the text of column `index`; kInvalidArgument when required and NULL.
-  auto text = [&](int index, const std::string& name, bool required,
-                  std::string_view* value) -> Status {
-    *value = {};
-    if (index < 0) return Status::Ok();
+  // The text of column `index` (nullopt for NULL or an absent column); an error for a
+  // value that is not text.
+  Status first_error;
+  auto text = [&](int index, const std::string& name) -> std::optional<std::string_view> {
+    if (index < 0) return std::nullopt;
     if (static_cast<size_t>(index) >= columns_.size()) {
-      return InvalidArgumentError("row of " + m.table + " has " + std::to_string(columns_.size()) +
-                                  " columns, expected column " + name + " at position " +
-                                  std::to_string(index + 1));
+      if (first_error.ok()) {
+        first_error = InvalidArgumentError(
+            "row of " + m.table + " has " + std::to_string(columns_.size()) +
+            " columns, expected column " + name + " at position " + std::to_string(index + 1));
+      }
+      return std::nullopt;
     }
     const pgoutput::ColumnValue& col = columns_[index];
-    if (col.kind == pgoutput::ColumnKind::kText) {
-      *value = col.data;
-      return Status::Ok();
+    if (col.kind == pgoutput::ColumnKind::kText) return col.data;
+    if (col.kind != pgoutput::ColumnKind::kNull && first_error.ok()) {
+      first_error = InvalidArgumentError(
+          "column " + name + " arrived " +
+          (col.kind == pgoutput::ColumnKind::kBinary
+               ? "in binary format (do not set binary 'true')"
+               : "as unchanged TOAST, which an INSERT never sends"));
     }
-    if (col.kind == pgoutput::ColumnKind::kNull) {
-      if (required) return InvalidArgumentError("column " + name + " is NULL");
-      return Status::Ok();
-    }
-    return InvalidArgumentError("column " + name + " arrived " +
-                                (col.kind == pgoutput::ColumnKind::kBinary
-                                     ? "in binary format (do not set binary 'true')"
-                                     : "as unchanged TOAST, which an INSERT never sends"));
+    return std::nullopt;
   };
   const OutboxColumns& c = config_.columns;
-  std::string_view topic_col, headers_col;
+  OutboxRow row;
+  row.id = text(m.id, c.id);
+  row.event_id = text(m.event_id, c.event_id);
+  row.aggregate_type = text(m.aggregate_type, c.aggregate_type);
+  row.aggregate_id = text(m.aggregate_id, c.aggregate_id);
+  row.topic = text(m.topic, c.topic);
+  row.event_type = text(m.event_type, c.event_type);
+  row.payload = text(m.payload, c.payload);
+  row.headers = text(m.headers, c.headers);
+  Status st = MapRow(m.table, row, out);
+  return first_error.ok() ? st : first_error;
+}
+
+Status OutboxMapper::MapRow(std::string_view table, const OutboxRow& row, OutboxEvent* out) {
+  Reset(out);
+  const OutboxColumns& c = config_.columns;
   // Read every field before judging, so a dead letter carries all that could be read.
   Status first_error;
-  auto keep = [&first_error](Status st) {
-    if (first_error.ok() && !st.ok()) first_error = std::move(st);
+  auto take = [&first_error](const std::optional<std::string_view>& v, const std::string& name,
+                             bool required, std::string_view* field) {
+    *field = v.value_or(std::string_view());
+    if (!v && required && first_error.ok()) {
+      first_error = InvalidArgumentError("column " + name + " is NULL");
+    }
   };
-  keep(text(m.event_id, c.event_id, true, &out->event_id));
-  keep(text(m.aggregate_id, c.aggregate_id, true, &out->key));
-  keep(text(m.event_type, c.event_type, true, &out->event_type));
-  keep(text(m.payload, c.payload, true, &out->value));
-  keep(text(m.aggregate_type, c.aggregate_type, false, &out->aggregate_type));
-  keep(text(m.topic, c.topic, false, &topic_col));
-  keep(text(m.headers, c.headers, false, &headers_col));
+  take(row.id, c.id, false, &out->id);
+  take(row.event_id, c.event_id, true, &out->event_id);
+  take(row.aggregate_id, c.aggregate_id, true, &out->key);
+  take(row.event_type, c.event_type, true, &out->event_type);
+  take(row.payload, c.payload, true, &out->value);
+  take(row.aggregate_type, c.aggregate_type, false, &out->aggregate_type);
   if (!first_error.ok()) return first_error;
-  if (!headers_col.empty()) {
+  if (row.headers && !row.headers->empty()) {
     simdjson::dom::element doc;
-    auto err = json_.parse(headers_col.data(), headers_col.size()).get(doc);
+    auto err = json_.parse(row.headers->data(), row.headers->size()).get(doc);
     if (err) {
       return InvalidArgumentError("column " + c.headers +
                                   " is not valid JSON: " + simdjson::error_message(err));
     }
     WALRELAY_RETURN_IF_ERROR(AddHeaders(doc, out));
   }
-  return FinishEvent(m.table, topic_col, out);
+  return FinishEvent(table, row.topic.value_or(std::string_view()), out);
 }
 
 std::string OutboxMapper::RowAsJson(const pgoutput::Insert& insert) const {

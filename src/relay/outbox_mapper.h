@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -36,7 +37,14 @@
 
 namespace walrelay::relay {
 
+// One outbox row's fields as text; nullopt = NULL (or no such column).
+struct OutboxRow {
+  std::optional<std::string_view> id, event_id, aggregate_type, aggregate_id, topic, event_type,
+      payload, headers;
+};
+
 struct OutboxEvent {
+  std::string_view id;              // the row's id column (progress for lost-slot recovery)
   std::string_view topic;
   std::string_view key;    // aggregate_id
   std::string_view value;  // payload
@@ -68,6 +76,9 @@ class OutboxMapper {
   // row could not be mapped (so nothing of it is lost).
   std::string RowAsJson(const pgoutput::Insert& insert) const;
 
+  // Maps a row read by SQL (lost-slot recovery) the same way as a streamed Insert.
+  Status MapRow(std::string_view table, const OutboxRow& row, OutboxEvent* out);
+
   // True when `message` is a table-less outbox event (configured prefix).
   bool IsOutboxMessage(const pgoutput::LogicalMessage& message) const;
   // Maps the JSON envelope {"event_id", "aggregate_type", "aggregate_id", "topic",
@@ -81,7 +92,7 @@ class OutboxMapper {
     bool is_outbox = false;
     std::string missing;  // reason when a required column is absent, else empty
     std::vector<std::string> column_names;
-    int event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
+    int id = -1, event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
         payload = -1, headers = -1;
   };
 

@@ -58,6 +58,7 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       mapper_(config),
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
+  if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
   sink_.SetDeliveryHandler([this](uint64_t cookie, const Status& st, size_t bytes,
                                   const kafka::DeliveredRecord* record) {
     OnDelivery(cookie, st, bytes, record);
@@ -84,6 +85,10 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
   if (status.ok()) {
     tracker_.Ack(cookie);
     stats_.events_acked.fetch_add(1, std::memory_order_relaxed);
+    if (options_.produce_latency != nullptr && delivered != nullptr) {
+      const int64_t us = delivered->latency_us();
+      if (us >= 0) options_.produce_latency->Observe(us / 1e6);
+    }
     return;
   }
   if (status.code() == StatusCode::kInvalidArgument && delivery_failure_.ok() &&
@@ -141,8 +146,45 @@ DeadLetter Pipeline::LetterForCurrent(std::string_view source,
   return l;
 }
 
+void Pipeline::RetireAcked() {
+  const AckTracker::Tx through = tracker_.FlushedThrough();
+  if (pending_commits_.empty() || pending_commits_.front().tx > through) return;
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  while (!pending_commits_.empty() && pending_commits_.front().tx <= through) {
+    const PendingCommit& c = pending_commits_.front();
+    if (options_.commit_to_ack_latency != nullptr) {
+      options_.commit_to_ack_latency->Observe(std::max<int64_t>(0, now_us - c.commit_time_us) /
+                                              1e6);
+    }
+    for (const auto& [table, id] : c.ids) {
+      int64_t& max = acked_progress_[table];
+      if (id > max) {
+        max = id;
+        acked_progress_changed_ = true;
+      }
+    }
+    pending_commits_.pop_front();
+  }
+}
+
+void Pipeline::NoteEventId(std::string_view table, std::string_view id) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), v);
+  if (ec != std::errc() || p != id.data() + id.size()) return;
+  for (auto& [t, max] : tx_ids_) {
+    if (t == table) {
+      max = std::max(max, v);
+      return;
+    }
+  }
+  tx_ids_.emplace_back(std::string(table), v);
+}
+
 Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view source,
                                            std::string_view raw_payload) {
+  if (!event_.id.empty()) NoteEventId(source, event_.id);
   if (!mapped.ok()) {
     if (mapped.code() != StatusCode::kInvalidArgument) return mapped;
     WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, mapped.message(), raw_payload)));
@@ -187,11 +229,15 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       tx_ordinal_ = 0;
       lsn_text_ = begin.final_lsn.ToString();
       xid_text_ = std::to_string(begin.xid);
-      time_text_ = std::to_string(slot::PgTimeToUnixMicros(begin.commit_time));
+      tx_commit_time_us_ = slot::PgTimeToUnixMicros(begin.commit_time);
+      time_text_ = std::to_string(tx_commit_time_us_);
       return Status::Ok();
     }
     case TransactionAssembler::Boundary::kCommit:
       tracker_.CommitTransaction(tx_, e.end_lsn);
+      pending_commits_.push_back({tx_, tx_commit_time_us_, std::move(tx_ids_)});
+      tx_ids_.clear();
+      RetireAcked();
       tx_ = 0;
       stats_.transactions.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();
@@ -251,6 +297,7 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
 
 Status Pipeline::HandleXLogData(const slot::XLogData& x) {
   stats_.bytes_received.fetch_add(x.data.size(), std::memory_order_relaxed);
+  if (wal2json_) return HandleWal2Json(x);
   pgoutput::DecodeOptions opts;
   opts.protocol_version = options_.protocol_version;
   Status st = pgoutput::Decode(x.data, opts, &message_);
@@ -262,11 +309,29 @@ Status Pipeline::HandleXLogData(const slot::XLogData& x) {
   return Status::Ok();
 }
 
+Status Pipeline::HandleWal2Json(const slot::XLogData& x) {
+  Status st = wal2json_->Decode(x.data, &wal2json_messages_);
+  if (!st.ok()) return st.WithContext("at WAL position " + x.wal_start.ToString());
+  for (const pgoutput::Message& m : wal2json_messages_) {
+    auto event = assembler_.Feed(m);
+    if (!event.ok()) return event.status().WithContext("at WAL position " + x.wal_start.ToString());
+    WALRELAY_RETURN_IF_ERROR(HandleMessage(m, *event));
+  }
+  if (x.wal_end > received_) received_ = x.wal_end;
+  return Status::Ok();
+}
+
 Status Pipeline::SendStatus(bool reply_requested) {
   Lsn flush = tracker_.FlushLsn();
   WALRELAY_RETURN_IF_ERROR(
       source_.SendStatus(std::max(received_, flush), flush, flush, reply_requested));
   reported_events_total_ = tracker_.FlushedEventsTotal();
+  RetireAcked();
+  if (acked_progress_changed_) {  // everything retired is covered by this flush position
+    confirmed_progress_ = acked_progress_;
+    acked_progress_changed_ = false;
+    ++progress_version_;
+  }
   stats_.flush_lsn.store(flush.value, std::memory_order_relaxed);
   stats_.received_lsn.store(received_.value, std::memory_order_relaxed);
   if (flush != last_sent_flush_) {
@@ -285,6 +350,7 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     }
     sink_.Poll(milliseconds(0));
     if (!delivery_failure_.ok()) return delivery_failure_;
+    RetireAcked();
     WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
     stats_.in_flight_events.store(UnconfirmedEvents(), std::memory_order_relaxed);
     stats_.in_flight_bytes.store(in_flight_bytes_, std::memory_order_relaxed);

@@ -13,7 +13,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,8 +25,10 @@
 #include "base/status.h"
 #include "decoder/pgoutput.h"
 #include "decoder/transaction_assembler.h"
+#include "decoder/wal2json.h"
 #include "slot/replication_connection.h"
 #include "src/kafka/producer.h"
+#include "src/metrics/registry.h"
 #include "src/relay/ack_tracker.h"
 #include "src/relay/config.h"
 #include "src/relay/dead_letter.h"
@@ -98,6 +103,9 @@ class Pipeline {
     int protocol_version = 1;
     // Called about every 100 ms from the loop (heartbeats); an error ends the session.
     std::function<Status()> tick;
+    // Latency histograms (seconds); null = not measured.
+    metrics::Histogram* produce_latency = nullptr;        // produce -> Kafka ack, per event
+    metrics::Histogram* commit_to_ack_latency = nullptr;  // commit -> last ack, per transaction
   };
 
   // All references must outlive the Pipeline.
@@ -111,8 +119,15 @@ class Pipeline {
 
   Lsn flush_lsn() const { return tracker_.FlushLsn(); }
 
+  // Per outbox table, the highest outbox id of transactions confirmed to PostgreSQL (for
+  // lost-slot recovery); the version changes whenever it does.
+  const std::map<std::string, int64_t>& confirmed_progress() const { return confirmed_progress_; }
+  uint64_t progress_version() const { return progress_version_; }
+
  private:
   Status HandleXLogData(const slot::XLogData& x);
+  // config.plugin == "wal2json": one document -> its messages, through HandleMessage.
+  Status HandleWal2Json(const slot::XLogData& x);
   Status HandleMessage(const pgoutput::Message& m, const pgoutput::TransactionAssembler::Event& e);
   Status PublishOrDeadLetter(const Status& mapped, std::string_view source,
                              std::string_view payload_for_dead_letter);
@@ -122,6 +137,7 @@ class Pipeline {
   Status SendStatus(bool reply_requested);
   Status Drain();
   void OnHeartbeat(std::string_view content);
+  void NoteEventId(std::string_view table, std::string_view id);
   void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
                   const kafka::DeliveredRecord* record);
   // Events PostgreSQL would resend if the relay died now: produced in transactions not
@@ -146,6 +162,8 @@ class Pipeline {
   AckTracker tracker_;
   pgoutput::TransactionAssembler assembler_;
   pgoutput::Message message_;
+  std::unique_ptr<wal2json::Wal2JsonDecoder> wal2json_;  // set when the plugin is wal2json
+  std::vector<pgoutput::Message> wal2json_messages_;
   OutboxEvent event_;
   std::vector<kafka::Header> headers_;
   std::string lsn_text_, xid_text_, time_text_, ordinal_text_;
@@ -158,6 +176,23 @@ class Pipeline {
   Lsn received_;
   Lsn last_sent_flush_;
   uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
+  // Committed transactions not yet fully acked: their commit time (commit-to-ack latency)
+  // and the outbox ids they carry (progress for recovery). Ids of the open transaction are
+  // gathered in tx_ids_; acked ones in acked_progress_, which the next status update
+  // confirms into confirmed_progress_.
+  void RetireAcked();
+  std::vector<std::pair<std::string, int64_t>> tx_ids_;
+  int64_t tx_commit_time_us_ = 0;
+  struct PendingCommit {
+    AckTracker::Tx tx;
+    int64_t commit_time_us;
+    std::vector<std::pair<std::string, int64_t>> ids;
+  };
+  std::deque<PendingCommit> pending_commits_;
+  std::map<std::string, int64_t> acked_progress_;
+  bool acked_progress_changed_ = false;
+  std::map<std::string, int64_t> confirmed_progress_;
+  uint64_t progress_version_ = 0;
   std::chrono::steady_clock::time_point next_status_;
   std::chrono::steady_clock::time_point next_tick_;
 };

@@ -12,6 +12,13 @@
 #include "src/kafka/mock_cluster.h"
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
+#include "src/relay/plugin_options.h"
+#include "src/metrics/http_server.h"
+#include "src/metrics/registry.h"
+#include "src/relay/metric_names.h"
+#include "src/relay/progress.h"
+#include "src/relay/recovery.h"
+#include "src/relay/slot_guard.h"
 
 namespace walrelay::relay {
 
@@ -20,6 +27,15 @@ using std::chrono::milliseconds;
 
 struct Relay::Embedded {
   std::unique_ptr<kafka::MockCluster> cluster;
+};
+
+// Metrics, the slot guard and the HTTP endpoint: one set for the process, across sessions.
+struct Relay::Observability {
+  metrics::Registry registry;
+  metrics::Histogram* produce_latency = nullptr;
+  metrics::Histogram* commit_to_ack_latency = nullptr;
+  std::unique_ptr<SlotGuard> guard;
+  std::unique_ptr<metrics::MetricsServer> server;
 };
 
 namespace {
@@ -67,10 +83,17 @@ class Relay::Session {
   }
 
   Status Start();
-  Status Stream() { return pipeline_->Run(relay_.stop_); }
+  Status Stream() {
+    Status st = pipeline_->Run(relay_.stop_);
+    if (st.ok()) st = SaveProgress();  // stopped cleanly: record the final progress
+    return st;
+  }
 
  private:
+  Status Recover(const std::string& conninfo, const Progress& progress, bool missing, bool lost);
+  Status Tick();
   Status Heartbeat();
+  Status SaveProgress();
 
   Relay& relay_;
   const RelayConfig& config_;
@@ -79,8 +102,11 @@ class Relay::Session {
   std::unique_ptr<slot::ReplicationConnection> conn_;
   std::unique_ptr<KafkaSink> sink_;
   std::unique_ptr<DeadLetterWriter> dead_letters_;
+  std::unique_ptr<ProgressStore> progress_;
   std::unique_ptr<Pipeline> pipeline_;
   Clock::time_point next_heartbeat_ = Clock::now();
+  Clock::time_point next_progress_save_ = Clock::now();
+  uint64_t saved_progress_version_ = 0;
 };
 
 Status Relay::Session::Start() {
@@ -100,20 +126,8 @@ Status Relay::Session::Start() {
   }
   WALRELAY_ASSIGN_OR_RETURN(dead_letters_, DeadLetterWriter::Open(conninfo, config_.dead_letter_table,
                                                                    config_.slot));
-
-  // The replication connection.
-  std::string repl = conninfo + " replication=database";
-  WALRELAY_ASSIGN_OR_RETURN(conn_, slot::ReplicationConnection::Connect(repl));
-  auto existing = admin_->GetSlot(config_.slot);
-  if (!existing.ok()) {
-    if (existing.status().code() != StatusCode::kNotFound || !config_.create_slot) {
-      return existing.status();
-    }
-    WALRELAY_ASSIGN_OR_RETURN(auto created,
-                              conn_->CreateLogicalSlot(config_.slot, "pgoutput", false, false));
-    spdlog::info("created logical slot {} at {}", config_.slot,
-                 created.consistent_point.ToString());
-  }
+  WALRELAY_ASSIGN_OR_RETURN(progress_, ProgressStore::Open(conninfo, config_.progress_table));
+  WALRELAY_ASSIGN_OR_RETURN(Progress progress, progress_->Load(config_.slot));
 
   // The producer.
   kafka::ProducerOptions popts;
@@ -121,24 +135,108 @@ Status Relay::Session::Start() {
   for (const auto& [k, v] : config_.kafka_properties) popts.properties.emplace_back(k, v);
   WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(std::move(popts)));
 
+  // The replication connection and the slot: existing, new, or recovered.
+  std::string repl = conninfo + " replication=database";
+  WALRELAY_ASSIGN_OR_RETURN(conn_, slot::ReplicationConnection::Connect(repl));
+  auto existing = admin_->GetSlot(config_.slot);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+    return existing.status();
+  }
+  const bool missing = !existing.ok();
+  const bool lost = existing.ok() && existing->wal_status == "lost";
+  if (existing.ok() && !existing->plugin.empty() && existing->plugin != config_.plugin) {
+    return InvalidArgumentError("replication slot " + config_.slot + " uses plugin " +
+                                existing->plugin + ", but --source-plugin is " + config_.plugin);
+  }
+  if (progress.recovering || ((missing || lost) && progress.exists)) {
+    WALRELAY_RETURN_IF_ERROR(Recover(conninfo, progress, missing, lost));
+  } else if (missing) {
+    if (!config_.create_slot) {
+      return FailedPreconditionError("replication slot " + config_.slot +
+                                     " does not exist: run `walrelay setup` or set "
+                                     "--source-create-slot true");
+    }
+    WALRELAY_ASSIGN_OR_RETURN(auto created,
+                              conn_->CreateLogicalSlot(config_.slot, config_.plugin, false, false));
+    spdlog::info("created logical slot {} at {}", config_.slot,
+                 created.consistent_point.ToString());
+  } else if (lost) {
+    return FailedPreconditionError(
+        "replication slot " + config_.slot +
+        " is lost (wal_status 'lost': PostgreSQL removed WAL it needed, see "
+        "max_slot_wal_keep_size) and no walrelay progress is recorded for it, so the rows to "
+        "republish are unknown: drop the slot (SELECT pg_drop_replication_slot('" +
+        config_.slot + "')) and republish from the outbox table by hand, or restart with a "
+        "new slot");
+  }
+
   Pipeline::Options pipeline_options;
   pipeline_options.status_interval = status_interval;
-  if (config_.heartbeat_interval.count() > 0) {
-    pipeline_options.tick = [this] { return Heartbeat(); };
-  }
+  pipeline_options.tick = [this] { return Tick(); };
+  pipeline_options.produce_latency = relay_.obs_->produce_latency;
+  pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 
-  std::vector<std::pair<std::string, std::string>> options = {
-      {"proto_version", "1"},
-      {"publication_names", config_.publication},
-      {"messages", "true"},
-  };
+  const PluginOptions options =
+      StartReplicationOptions(config_.plugin, config_.publication, config_.tables);
   WALRELAY_RETURN_IF_ERROR(conn_->StartLogical(config_.slot, Lsn(0), options));
   stats_.streaming.store(1);
+  if (!relay_.guard_started_) {  // now that the slot exists
+    relay_.obs_->guard->Start();
+    relay_.guard_started_ = true;
+  }
   spdlog::info("streaming slot {} (publication {}), status every {} ms", config_.slot,
                config_.publication, status_interval.count());
   return Status::Ok();
+}
+
+Status Relay::Session::Recover(const std::string& conninfo, const Progress& progress,
+                               bool missing, bool lost) {
+  if (!config_.recovery_enabled) {
+    return FailedPreconditionError(
+        "replication slot " + config_.slot + (lost ? " is lost" : " is gone") +
+        " and --recovery-enabled is false: events after the recorded progress may be "
+        "undelivered. Enable recovery, or drop the progress rows of this slot in " +
+        config_.progress_table + " to start fresh knowingly");
+  }
+  spdlog::error(
+      "replication slot {} is {}{}: recovering — recreating it and republishing from the "
+      "outbox tables every row after the recorded progress (consumers will see duplicates)",
+      config_.slot, missing ? "missing" : (lost ? "lost" : "being recovered"),
+      progress.recovering ? " (an earlier recovery did not finish)" : "");
+  WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, true));
+  if (!missing) WALRELAY_RETURN_IF_ERROR(admin_->DropSlot(config_.slot));
+  WALRELAY_ASSIGN_OR_RETURN(auto created,
+                            conn_->CreateLogicalSlot(config_.slot, config_.plugin, false, true));
+  WALRELAY_ASSIGN_OR_RETURN(
+      BackfillResult result,
+      Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, progress,
+               *sink_, *dead_letters_, stats_));
+  WALRELAY_RETURN_IF_ERROR(progress_->Save(config_.slot, result.max_id));
+  WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, false));
+  relay_.stats_.slot_recoveries.fetch_add(1);
+  spdlog::warn("recovery of slot {} done: {} events republished, {} dead-lettered; streaming "
+               "from {}",
+               config_.slot, result.published, result.dead_lettered,
+               created.consistent_point.ToString());
+  return Status::Ok();
+}
+
+// Runs about every 100 ms on the pipeline's thread: heartbeats and progress saving.
+Status Relay::Session::Tick() {
+  if (config_.heartbeat_interval.count() > 0) WALRELAY_RETURN_IF_ERROR(Heartbeat());
+  if (Clock::now() >= next_progress_save_ &&
+      pipeline_->progress_version() != saved_progress_version_) {
+    WALRELAY_RETURN_IF_ERROR(SaveProgress());
+  }
+  return Status::Ok();
+}
+
+Status Relay::Session::SaveProgress() {
+  next_progress_save_ = Clock::now() + std::chrono::seconds(2);
+  saved_progress_version_ = pipeline_->progress_version();
+  return progress_->Save(config_.slot, pipeline_->confirmed_progress());
 }
 
 // Emits a non-transactional logical message carrying the wall clock; seen in the stream it
@@ -152,6 +250,7 @@ Status Relay::Session::Heartbeat() {
   Status st = admin_->EmitMessage(/*transactional=*/false, kHeartbeatPrefix,
                                   std::to_string(now_us));
   if (!st.ok()) return st.WithContext("heartbeat");
+  stats_.heartbeats_sent.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -163,6 +262,85 @@ std::string Relay::bootstrap_servers() const {
   return config_.bootstrap_servers;
 }
 
+Status Relay::StartObservability() {
+  namespace mn = metric_names;
+  obs_ = std::make_unique<Observability>();
+  metrics::Registry& r = obs_->registry;
+  auto counter = [&r](const mn::MetricName& m, const std::atomic<uint64_t>& a,
+                      metrics::Labels labels = {}) {
+    r.AddCounterCallback(m.name, m.help, labels,
+                         [&a] { return static_cast<double>(a.load(std::memory_order_relaxed)); });
+  };
+  auto gauge = [&r](const mn::MetricName& m, const auto& a) {
+    r.AddGaugeCallback(m.name, m.help, {},
+                       [&a] { return static_cast<double>(a.load(std::memory_order_relaxed)); });
+  };
+  counter(mn::kEventsProduced, stats_.events_produced);
+  counter(mn::kEventsPublished, stats_.events_acked);
+  counter(mn::kEventsDeadLettered, stats_.events_dead_lettered);
+  counter(mn::kEventsSkipped, stats_.skipped_updates, {{"kind", "update"}});
+  counter(mn::kEventsSkipped, stats_.skipped_deletes, {{"kind", "delete"}});
+  counter(mn::kEventsSkipped, stats_.skipped_truncates, {{"kind", "truncate"}});
+  counter(mn::kEventsSkipped, stats_.skipped_messages, {{"kind", "message"}});
+  counter(mn::kTransactions, stats_.transactions);
+  counter(mn::kReceivedBytes, stats_.bytes_received);
+  counter(mn::kRestarts, stats_.restarts);
+  counter(mn::kHeartbeatsSent, stats_.heartbeats_sent);
+  counter(mn::kHeartbeatsReceived, stats_.heartbeats);
+  counter(mn::kSlotRecoveries, stats_.slot_recoveries);
+  gauge(mn::kInFlightEvents, stats_.in_flight_events);
+  gauge(mn::kInFlightBytes, stats_.in_flight_bytes);
+  gauge(mn::kFlushLsn, stats_.flush_lsn);
+  gauge(mn::kReceivedLsn, stats_.received_lsn);
+  gauge(mn::kServerWalEndLsn, stats_.server_wal_end);
+  gauge(mn::kStreaming, stats_.streaming);
+  r.AddGaugeCallback(mn::kFlushLagBytes.name, mn::kFlushLagBytes.help, {}, [this] {
+    const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
+    return end > flush ? static_cast<double>(end - flush) : 0.0;
+  });
+  r.AddGaugeCallback(mn::kHeartbeatLag.name, mn::kHeartbeatLag.help, {}, [this] {
+    const int64_t us = stats_.heartbeat_lag_us.load();
+    return us < 0 ? -1.0 : us / 1e6;
+  });
+  obs_->produce_latency = &r.AddHistogram(mn::kProduceLatency.name, mn::kProduceLatency.help,
+                                          metrics::DefaultLatencyBuckets());
+  obs_->commit_to_ack_latency =
+      &r.AddHistogram(mn::kCommitToAckLatency.name, mn::kCommitToAckLatency.help,
+                      metrics::DefaultLatencyBuckets());
+
+  WALRELAY_ASSIGN_OR_RETURN(Threshold warn, Threshold::Parse(config_.guard_warn));
+  WALRELAY_ASSIGN_OR_RETURN(Threshold critical, Threshold::Parse(config_.guard_critical));
+  SlotGuardOptions gopts;
+  gopts.conninfo = ConninfoWithPassword(config_);
+  gopts.slot = config_.slot;
+  gopts.warn = warn;
+  gopts.critical = critical;
+  gopts.interval = config_.guard_interval;
+  gopts.registry = &r;
+  obs_->guard = std::make_unique<SlotGuard>(std::move(gopts));  // started with streaming
+
+  if (!config_.metrics_address.empty()) {
+    metrics::ServerOptions so;
+    so.address = config_.metrics_address;
+    so.ready = [this]() -> Status {
+      if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
+      const SlotState state = obs_->guard->state();
+      if (SlotStateSeverity(state) >= 2) {
+        return UnavailableError("slot " + config_.slot + " is " +
+                                std::string(SlotStateName(state)));
+      }
+      return Status::Ok();
+    };
+    WALRELAY_ASSIGN_OR_RETURN(obs_->server, metrics::MetricsServer::Start(&r, so));
+    spdlog::info("metrics on http://{}/metrics (also /healthz, /readyz)", config_.metrics_address);
+  }
+  return Status::Ok();
+}
+
+std::string Relay::RenderMetrics() const { return obs_ ? obs_->registry.Render() : ""; }
+
+int Relay::metrics_port() const { return obs_ && obs_->server ? obs_->server->port() : 0; }
+
 Status Relay::Run() {
   if (config_.embedded_kafka && !embedded_) {
     WALRELAY_ASSIGN_OR_RETURN(auto cluster, kafka::MockCluster::Create(3));
@@ -170,25 +348,41 @@ Status Relay::Run() {
     embedded_->cluster = std::move(cluster);
     spdlog::info("embedded Kafka (librdkafka mock cluster) at {}", embedded_->cluster->bootstraps());
   }
+  if (!obs_) WALRELAY_RETURN_IF_ERROR(StartObservability());
   std::mt19937_64 rng(std::random_device{}());
   milliseconds backoff = config_.reconnect_min;
-  bool first = true;
+  bool checked = false;
+  Status result;
   while (!stop_.load()) {
     Status st;
-    {
+    if (!checked) {
+      // Once: settings and privileges, with the documented fix in each message.
+      StartupCheckOptions sco;
+      sco.lost_slot_is_error = !config_.recovery_enabled;
+      sco.warn = obs_->guard->options().warn;
+      sco.critical = obs_->guard->options().critical;
+      auto report = StartupChecks(config_, sco);
+      st = report.status();
+      if (st.ok()) checked = true;
+      if (!st.ok() && st.code() != StatusCode::kUnavailable) {
+        spdlog::error("{}", st.ToString());
+        result = st;
+        break;
+      }
+    }
+    if (st.ok()) {
       Session session(*this);
       st = session.Start();
       if (st.ok()) {
         backoff = config_.reconnect_min;
-        first = false;
         st = session.Stream();
-        if (st.ok()) return st;  // stopped on request
+        if (st.ok()) break;  // stopped on request
       }
     }
-    if (!Retryable(st) || (first && st.code() == StatusCode::kFailedPrecondition &&
-                           st.message().find("wal_level") != std::string::npos)) {
+    if (!Retryable(st)) {
       spdlog::error("{}", st.ToString());
-      return st;
+      result = st;
+      break;
     }
     stats_.restarts.fetch_add(1);
     milliseconds delay(std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
@@ -199,7 +393,9 @@ Status Relay::Run() {
       std::this_thread::sleep_for(milliseconds(20));
     }
   }
-  return Status::Ok();
+  obs_->guard->Stop();
+  if (obs_->server) obs_->server->Stop();
+  return result;
 }
 
 }  // namespace walrelay::relay

@@ -60,18 +60,27 @@ class Relay {
   const RelayStats& stats() const { return stats_; }
   const RelayConfig& config() const { return config_; }
 
+  // The metrics exposition (Prometheus text), as /metrics serves it; "" before Run().
+  std::string RenderMetrics() const;
+  // The port /metrics listens on (0 when off), e.g. after asking for port 0.
+  int metrics_port() const;
+
   // The bootstrap servers in use (the embedded cluster's when kafka.embedded is set).
   // Valid once Run() has started the first session.
   std::string bootstrap_servers() const;
 
  private:
   class Session;
+  struct Observability;
+  Status StartObservability();
 
   RelayConfig config_;
   RelayStats stats_;
   std::atomic<bool> stop_{false};
   struct Embedded;
   std::unique_ptr<Embedded> embedded_;
+  std::unique_ptr<Observability> obs_;
+  bool guard_started_ = false;
 };
 
 }  // namespace walrelay::relay

@@ -27,6 +27,8 @@ struct RelayStats {
   std::atomic<uint64_t> server_wal_end{0};        // gauge: server's WAL end (keepalive)
   std::atomic<int> streaming{0};                  // gauge: 1 while a session streams
   std::atomic<uint64_t> heartbeats{0};            // heartbeat messages seen in the stream
+  std::atomic<uint64_t> heartbeats_sent{0};       // heartbeat messages emitted
+  std::atomic<uint64_t> slot_recoveries{0};       // lost-slot recoveries completed
   std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
 };
 

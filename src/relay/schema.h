@@ -61,4 +61,19 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
          ")";
 }
 
+// Lost-slot recovery progress: per slot and outbox table, the highest outbox id whose
+// transaction PostgreSQL has confirmed; the row with source '*' carries the slot-level
+// `recovering` flag (set while a backfill is under way). Idempotent.
+inline std::string ProgressTableDdl(std::string_view quoted_table) {
+  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
+         " (\n"
+         "  slot       text NOT NULL,\n"
+         "  source     text NOT NULL,\n"
+         "  last_id    bigint,\n"
+         "  recovering boolean NOT NULL DEFAULT false,\n"
+         "  updated_at timestamptz NOT NULL DEFAULT now(),\n"
+         "  PRIMARY KEY (slot, source)\n"
+         ")";
+}
+
 }  // namespace walrelay::relay

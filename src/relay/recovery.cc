@@ -1,0 +1,186 @@
+#include "src/relay/recovery.h"
+
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <memory>
+
+#include "src/relay/outbox_mapper.h"
+#include "src/relay/schema.h"
+
+namespace walrelay::relay {
+namespace {
+
+struct ConnCloser {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+Result<ResultPtr> Exec(PGconn* conn, const std::string& sql, std::string_view what) {
+  ResultPtr r(PQexec(conn, sql.c_str()));
+  const ExecStatusType st = PQresultStatus(r.get());
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+  return UnavailableError("recovery: " + std::string(what) + ": " + PQresultErrorMessage(r.get()));
+}
+
+std::string Column(const std::string& name) {
+  return name.empty() ? "NULL::text" : QuoteIdentifier(name) + "::text";
+}
+
+std::string Literal(std::string_view s) {
+  std::string q = "'";
+  for (char ch : s) {
+    if (ch == '\'') q += '\'';
+    q += ch;
+  }
+  return q + "'";
+}
+
+}  // namespace
+
+Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
+                                const std::string& snapshot, Lsn consistent_point,
+                                const Progress& progress, RecordSink& sink,
+                                DeadLetterSink& dead_letters, RelayStats& stats) {
+  std::unique_ptr<PGconn, ConnCloser> conn(PQconnectdb(conninfo.c_str()));
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return UnavailableError(std::string("recovery: cannot connect: ") +
+                            PQerrorMessage(conn.get()));
+  }
+  WALRELAY_RETURN_IF_ERROR(
+      Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN").status());
+  WALRELAY_RETURN_IF_ERROR(
+      Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + Literal(snapshot), "importing the snapshot")
+          .status());
+
+  BackfillResult result;
+  uint64_t pending = 0;
+  Status failure;
+  // The handler captures locals: unset it on every way out.
+  struct Unset {
+    RecordSink& sink;
+    ~Unset() { sink.SetDeliveryHandler(nullptr); }
+  } unset{sink};
+  sink.SetDeliveryHandler([&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord*) {
+    --pending;
+    if (st.ok()) {
+      stats.events_acked.fetch_add(1, std::memory_order_relaxed);
+    } else if (failure.ok()) {
+      failure = st.WithContext("recovery: delivery failed");
+    }
+  });
+
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  std::vector<kafka::Header> headers;
+  const std::string lsn_text = consistent_point.ToString();
+  uint32_t ordinal = 0;
+  const auto& c = config.columns;
+  const int64_t since_unix =
+      progress.updated_at_unix -
+      std::chrono::duration_cast<std::chrono::seconds>(config.recovery_lookback).count();
+
+  for (const std::string& table : config.tables) {
+    auto it = progress.last_id.find(table);
+    const int64_t last_id = it == progress.last_id.end() ? 0 : it->second;
+    std::string where = QuoteIdentifier(c.id) + " > " + std::to_string(last_id);
+    if (!c.created_at.empty()) {
+      where += " OR " + QuoteIdentifier(c.created_at) + " > to_timestamp(" +
+               std::to_string(since_unix) + ")";
+    }
+    const std::string select =
+        "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.id) + ", " +
+        Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) +
+        ", " + Column(c.topic) + ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " +
+        Column(c.headers) + " FROM " + QuoteQualifiedIdentifier(table) + " WHERE " + where +
+        " ORDER BY " + QuoteIdentifier(c.id);
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table).status());
+    spdlog::warn("recovery: republishing rows of {} with id > {}{}", table, last_id,
+                 c.created_at.empty() ? "" : " or created in the lookback window");
+    while (true) {
+      WALRELAY_ASSIGN_OR_RETURN(ResultPtr rows,
+                                Exec(conn.get(), "FETCH 1000 FROM backfill", "reading " + table));
+      const int n = PQntuples(rows.get());
+      if (n == 0) break;
+      for (int i = 0; i < n; ++i) {
+        auto field = [&](int col) -> std::optional<std::string_view> {
+          if (PQgetisnull(rows.get(), i, col)) return std::nullopt;
+          return std::string_view(PQgetvalue(rows.get(), i, col),
+                                  PQgetlength(rows.get(), i, col));
+        };
+        OutboxRow row{field(0), field(1), field(2), field(3),
+                      field(4), field(5), field(6), field(7)};
+        int64_t id = 0;
+        if (row.id) std::from_chars(row.id->data(), row.id->data() + row.id->size(), id);
+        result.max_id[table] = std::max(result.max_id[table], id);
+        Status mapped = mapper.MapRow(table, row, &event);
+        const std::string ordinal_text = std::to_string(ordinal);
+        if (!mapped.ok()) {
+          DeadLetter l;
+          l.source = table;
+          l.commit_lsn = consistent_point;
+          l.ordinal = ordinal++;
+          l.event_id = event.event_id;
+          l.aggregate_id = event.key;
+          l.event_type = event.event_type;
+          l.topic = event.topic;
+          l.payload = row.payload.value_or("");
+          l.reason = mapped.message();
+          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
+          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+          ++result.dead_lettered;
+          continue;
+        }
+        headers.clear();
+        headers.push_back({"event_id", event.event_id});
+        headers.push_back({"event_type", event.event_type});
+        if (!event.aggregate_type.empty()) headers.push_back({"aggregate_type", event.aggregate_type});
+        for (const auto& [name, value] : event.extra_headers) headers.push_back({name, value});
+        headers.push_back({"walrelay.source", table});
+        headers.push_back({"walrelay.lsn", lsn_text});
+        headers.push_back({"walrelay.ordinal", ordinal_text});
+        headers.push_back({"walrelay.recovered", "true"});
+        ++ordinal;
+        while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
+          sink.Poll(std::chrono::milliseconds(10));
+          if (!failure.ok()) return failure;
+        }
+        Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal);
+        if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
+          DeadLetter l;
+          l.source = table;
+          l.commit_lsn = consistent_point;
+          l.ordinal = ordinal - 1;
+          l.event_id = event.event_id;
+          l.aggregate_id = event.key;
+          l.event_type = event.event_type;
+          l.topic = event.topic;
+          l.payload = event.value;
+          l.reason = produced.message();
+          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
+          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+          ++result.dead_lettered;
+          continue;
+        }
+        WALRELAY_RETURN_IF_ERROR(produced);
+        ++pending;
+        ++result.published;
+        stats.events_produced.fetch_add(1, std::memory_order_relaxed);
+      }
+      sink.Poll(std::chrono::milliseconds(0));
+      if (!failure.ok()) return failure;
+    }
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "CLOSE backfill", "closing the cursor").status());
+  }
+  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT").status());
+  WALRELAY_RETURN_IF_ERROR(sink.Flush(std::chrono::minutes(5)));
+  if (!failure.ok()) return failure;
+  if (pending != 0) return DeadlineExceededError("recovery: not every event was acked");
+  return result;
+}
+
+}  // namespace walrelay::relay
