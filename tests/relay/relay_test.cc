@@ -3,6 +3,7 @@
 #include "src/relay/relay.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <libpq-fe.h>
 
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
+#include "src/metrics/registry.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
@@ -34,8 +36,13 @@ class RelayTest : public ::testing::Test {
   // The mock cluster keeps at most 5 MB per partition: enough partitions keep every record.
   static constexpr int kPartitions = 12;
 
+  // Extra server settings for a test fixture (see RecoveryTest).
+  virtual std::vector<std::string> ServerSettings() const { return {}; }
+
   void SetUp() override {
-    auto pg = testing::TestCluster::Start();
+    testing::TestCluster::Options pg_options;
+    pg_options.settings = ServerSettings();
+    auto pg = testing::TestCluster::Start(pg_options);
     ASSERT_TRUE(pg.ok()) << pg.status().ToString();
     pg_ = std::move(*pg);
     ASSERT_TRUE(pg_->Exec(OutboxTableDdl("public.outbox")).ok());
@@ -68,6 +75,32 @@ class RelayTest : public ::testing::Test {
     relay_->RequestStop();
     thread_.join();
     relay_.reset();
+  }
+
+  // Commits `txs` transactions of `rows` outbox rows; payload seq counts from `first`.
+  void WriteEvents(int first, int txs, int rows) {
+    for (int t = 0; t < txs; ++t) {
+      const int lo = first + t * rows;
+      ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
+                            "payload) SELECT 'payment', 'agg-' || (g % 20), 'PaymentCaptured', "
+                            "jsonb_build_object('seq', g) FROM generate_series(" +
+                            std::to_string(lo) + ", " + std::to_string(lo + rows - 1) + ") g")
+                      .ok());
+    }
+  }
+
+  // Distinct event ids in the payment topic, reading until `expected` are seen.
+  std::set<std::string> DistinctEventIds(size_t expected, std::chrono::milliseconds timeout) {
+    std::set<std::string> ids;
+    size_t scanned = 0;
+    kafka::testing::ConsumeUntil(
+        kafka_->bootstraps(), "outbox.payment", kPartitions,
+        [&](const std::vector<ConsumedRecord>& got) {
+          for (; scanned < got.size(); ++scanned) ids.insert(HeaderOf(got[scanned], "event_id"));
+          return ids.size() >= expected;
+        },
+        timeout);
+    return ids;
   }
 
   Lsn ConfirmedFlush() {
@@ -317,6 +350,89 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   std::set<std::string> ids;
   for (const auto& r : records) ids.insert(HeaderOf(r, "event_id"));
   EXPECT_EQ(ids.size(), 501u);
+}
+
+TEST_F(RelayTest, MetricsEndpointCountsWhatWasSentAndHeartbeatsMeasureLag) {
+  config_.metrics_address = "127.0.0.1:0";
+  config_.heartbeat_interval = 200ms;
+  StartRelay();
+  WriteEvents(0, 10, 30);  // 300 events
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  for (int i = 0; i < 100 && relay_->stats().heartbeats.load() < 2; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_GT(relay_->metrics_port(), 0);
+  httplib::Client client("127.0.0.1", relay_->metrics_port());
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res) << "no answer from /metrics";
+  ASSERT_EQ(res->status, 200);
+  auto parsed = metrics::ParseExposition(res->body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto value = [&](std::string_view name, metrics::Labels labels = {}) {
+    const auto* sample = parsed->Find(name, labels);
+    EXPECT_NE(sample, nullptr) << name;
+    return sample ? sample->value : -1;
+  };
+  EXPECT_EQ(value("walrelay_events_published_total"), 300);
+  EXPECT_EQ(value("walrelay_events_produced_total"), 300);
+  EXPECT_EQ(value("walrelay_transactions_total"), 10);
+  EXPECT_EQ(value("walrelay_events_dead_lettered_total"), 0);
+  EXPECT_EQ(value("walrelay_streaming"), 1);
+  EXPECT_EQ(value("walrelay_produce_latency_seconds_count"), 300);
+  EXPECT_EQ(value("walrelay_commit_to_ack_latency_seconds_count"), 10);
+  EXPECT_GE(value("walrelay_heartbeats_received_total"), 2);
+  const double lag = value("walrelay_heartbeat_lag_seconds");
+  EXPECT_GE(lag, 0);
+  EXPECT_LT(lag, 10);
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
+  auto ready = client.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << ready->body;
+  // Heartbeats move the slot on an idle outbox too.
+  ASSERT_TRUE(WaitConfirmedPastCurrent(10s));
+}
+
+// The slot is invalidated (max_slot_wal_keep_size) while the relay is stopped and the
+// outbox keeps filling: on restart the relay recreates the slot, republishes from the
+// table and streams on; nothing is lost.
+class RecoveryTest : public RelayTest {
+ protected:
+  std::vector<std::string> ServerSettings() const override {
+    return {"max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB"};
+  }
+};
+
+TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
+  StartRelay();
+  WriteEvents(0, 10, 100);  // 1,000 events streamed normally
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  StopRelay();  // records its progress on the way out
+
+  WriteEvents(1000, 20, 100);  // 2,000 events while no one reads the slot
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE churn (filler text)").ok());
+  for (int i = 0; i < 40; ++i) {
+    auto status = pg_->QueryScalar(
+        "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'");
+    ASSERT_TRUE(status.ok());
+    if (*status == "lost") break;
+    ASSERT_TRUE(pg_->Exec("INSERT INTO churn SELECT repeat(md5(g::text), 30) FROM "
+                          "generate_series(1, 2000) g; SELECT pg_switch_wal(); CHECKPOINT;")
+                    .ok());
+  }
+  ASSERT_EQ(*pg_->QueryScalar(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+            "lost");
+
+  StartRelay();
+  WriteEvents(3000, 5, 100);  // 500 events after recovery
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s));
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+  auto ids = DistinctEventIds(3500, 60s);
+  EXPECT_EQ(ids.size(), 3500u) << "events lost across the slot loss";
+  auto recovering = pg_->QueryScalar(
+      "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
+  ASSERT_TRUE(recovering.ok());
+  EXPECT_EQ(*recovering, "f");
 }
 
 }  // namespace
