@@ -141,14 +141,22 @@ class Pipeline {
   void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
                   const kafka::DeliveredRecord* record);
   // Events PostgreSQL would resend if the relay died now: produced in transactions not
-  // yet confirmed by a status update. The in-flight cap applies to these, so it bounds
-  // both memory and the duplicates a crash can cause.
+  // yet confirmed by a status update.
   uint64_t UnconfirmedEvents() const {
     return tracker_.UnflushedEvents() + (tracker_.FlushedEventsTotal() - reported_events_total_);
   }
+  // Backpressure. Unacked events and bytes are capped always (memory stays bounded
+  // whatever the transaction size). Unconfirmed events are capped too, but only between
+  // transactions: inside one they cannot shrink before its Commit is read, so waiting
+  // there would stall a transaction larger than the cap forever. A crash therefore
+  // replays at most the cap plus the transaction being read.
   bool AtCapacity() const {
-    return UnconfirmedEvents() >= static_cast<uint64_t>(config_.max_in_flight_events) ||
-           in_flight_bytes_ >= static_cast<uint64_t>(config_.max_in_flight_bytes);
+    const uint64_t cap = static_cast<uint64_t>(config_.max_in_flight_events);
+    if (tracker_.InFlightEvents() >= cap ||
+        in_flight_bytes_ >= static_cast<uint64_t>(config_.max_in_flight_bytes)) {
+      return true;
+    }
+    return !assembler_.in_transaction() && UnconfirmedEvents() >= cap;
   }
 
   const RelayConfig& config_;

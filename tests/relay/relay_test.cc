@@ -352,6 +352,16 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   EXPECT_EQ(ids.size(), 501u);
 }
 
+// A transaction far larger than the in-flight cap streams through it (backpressure must
+// not wait for a Commit it has not read yet).
+TEST_F(RelayTest, TransactionLargerThanTheInFlightCap) {
+  config_.max_in_flight_events = 50;
+  StartRelay();
+  WriteEvents(0, 1, 3000);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << "stalled on a transaction above the cap";
+  EXPECT_EQ(DistinctEventIds(3000, 30s).size(), 3000u);
+}
+
 TEST_F(RelayTest, MetricsEndpointCountsWhatWasSentAndHeartbeatsMeasureLag) {
   config_.metrics_address = "127.0.0.1:0";
   config_.heartbeat_interval = 200ms;
