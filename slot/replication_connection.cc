@@ -173,8 +173,11 @@ Status ReplicationConnection::StartLogical(
   if (!options.empty()) {
     cmd += " (";
     for (size_t i = 0; i < options.size(); ++i) {
-      WALRELAY_RETURN_IF_ERROR(
-          ValidateIdent("plugin option name", options[i].first, /*allow_upper=*/false));
+      // '-' is allowed too (wal2json's options: format-version, include-xids, ...): the
+      // name is sent double-quoted.
+      std::string name = options[i].first;
+      std::replace(name.begin(), name.end(), '-', '_');
+      WALRELAY_RETURN_IF_ERROR(ValidateIdent("plugin option name", name, /*allow_upper=*/false));
       if (i > 0) cmd += ", ";
       cmd += "\"" + options[i].first + "\" " + QuoteLiteral(options[i].second);
     }

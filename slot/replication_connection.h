@@ -116,7 +116,7 @@ class ReplicationConnection : public FrameSource {
 
   // START_REPLICATION SLOT slot LOGICAL start (options...), e.g.
   // {{"proto_version", "1"}, {"publication_names", "p"}, {"messages", "true"}}.
-  // Option names: [a-z0-9_]+; values are sent as quoted literals. The server starts at
+  // Option names: [a-z0-9_-]+ (sent double-quoted); values are sent as quoted literals. The server starts at
   // max(start, confirmed_flush_lsn). Errors: kNotFound (no such slot),
   // kFailedPrecondition (slot active for another PID: the message names it),
   // kInvalidArgument / kFailedPrecondition for options the plugin rejects.

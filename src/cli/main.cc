@@ -2,6 +2,7 @@
 //   run               stream the outbox to Kafka (see docs/configuration.md)
 //   config-reference  print the configuration reference (Markdown)
 //   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
+//   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -12,6 +13,7 @@
 
 #include "src/cli/lag.h"
 #include "src/cli/options.h"
+#include "src/cli/record.h"
 #include "src/cli/setup.h"
 #include "src/relay/relay.h"
 
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
 
   walrelay::cli::LagCommand lag(&app);  // `walrelay lag`: src/cli/lag.h
+  walrelay::cli::RecordCommand record(&app);  // `walrelay record`: src/cli/record.h
+  walrelay::cli::ReplayCommand replay(&app);  // `walrelay replay`
 
   try {
     app.parse(argc, argv);
@@ -89,6 +93,8 @@ int main(int argc, char** argv) {
   }
 
   if (lag.parsed()) return lag.Run();
+  if (record.parsed()) return record.Run();
+  if (replay.parsed()) return replay.Run();
 
   if (ref->parsed()) {
     std::cout << walrelay::cli::ConfigurationReference();
