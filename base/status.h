@@ -66,16 +66,28 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgumentError(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-inline Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status AlreadyExistsError(std::string m) {
+  return {StatusCode::kAlreadyExists, std::move(m)};
+}
+inline Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
-inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status PermissionDeniedError(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // Result<T> holds a T or a non-OK Status (shaped like std::expected<T, Status>).
@@ -83,7 +95,7 @@ inline Status InternalError(std::string m) { return {StatusCode::kInternal, std:
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}        // NOLINT: implicit
   Result(Status status) : v_(std::in_place_index<1>, std::move(status)) {  // NOLINT: implicit
     assert(!std::get<1>(v_).ok() && "Result built from an OK status");
   }
@@ -91,9 +103,18 @@ class [[nodiscard]] Result {
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
 
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
@@ -108,17 +129,16 @@ class [[nodiscard]] Result {
 }  // namespace walrelay
 
 // Propagates a non-OK Status from an expression returning Status.
-#define WALRELAY_RETURN_IF_ERROR(expr)          \
-  do {                                          \
-    ::walrelay::Status _st = (expr);            \
-    if (!_st.ok()) return _st;                  \
+#define WALRELAY_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::walrelay::Status _st = (expr);   \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
 #define WALRELAY_CONCAT_INNER_(a, b) a##b
 #define WALRELAY_CONCAT_(a, b) WALRELAY_CONCAT_INNER_(a, b)
 // Declares `lhs` from a Result<T> expression, or returns its Status.
-#define WALRELAY_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  auto WALRELAY_CONCAT_(_res_, __LINE__) = (expr);                             \
-  if (!WALRELAY_CONCAT_(_res_, __LINE__).ok())                                 \
-    return WALRELAY_CONCAT_(_res_, __LINE__).status();                         \
+#define WALRELAY_ASSIGN_OR_RETURN(lhs, expr)                                                      \
+  auto WALRELAY_CONCAT_(_res_, __LINE__) = (expr);                                                \
+  if (!WALRELAY_CONCAT_(_res_, __LINE__).ok()) return WALRELAY_CONCAT_(_res_, __LINE__).status(); \
   lhs = std::move(WALRELAY_CONCAT_(_res_, __LINE__)).value()

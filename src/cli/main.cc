@@ -4,10 +4,10 @@
 //   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
 //   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
 
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
 
-  walrelay::cli::LagCommand lag(&app);  // `walrelay lag`: src/cli/lag.h
+  walrelay::cli::LagCommand lag(&app);        // `walrelay lag`: src/cli/lag.h
   walrelay::cli::RecordCommand record(&app);  // `walrelay record`: src/cli/record.h
   walrelay::cli::ReplayCommand replay(&app);  // `walrelay replay`
 

@@ -1,11 +1,12 @@
 #include "src/cli/options.h"
 
+#include <toml++/toml.h>
+
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <fstream>
 #include <regex>
 #include <sstream>
-#include <toml++/toml.h>
 
 namespace walrelay::cli {
 namespace {
@@ -29,7 +30,7 @@ Result<bool> ParseBool(const OptionSpec& spec, const std::string& text) {
 }
 
 Result<std::pair<std::string, std::string>> SplitKv(const OptionSpec& spec,
-                                                     const std::string& text) {
+                                                    const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
     return InvalidArgumentError(spec.Flag() + ": expected NAME=VALUE, got '" + text + "'");
@@ -79,7 +80,8 @@ OptionSpec Int(std::string key, std::string help, int64_t RelayConfig::*field) {
   return s;
 }
 
-OptionSpec Millis(std::string key, std::string help, std::chrono::milliseconds RelayConfig::*field) {
+OptionSpec Millis(std::string key, std::string help,
+                  std::chrono::milliseconds RelayConfig::*field) {
   OptionSpec s{std::move(key), OptionKind::kInt, std::move(help), false, nullptr, nullptr};
   s.apply = [field, s](RelayConfig& c, const Values& v) -> Status {
     WALRELAY_ASSIGN_OR_RETURN(int64_t ms, ParseInt(s, v.back()));
@@ -119,12 +121,16 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "Put the password in PGPASSWORD, ~/.pgpass or source.password_file, not here.",
                   &RelayConfig::source_dsn));
   {
-    OptionSpec s{"source.password_file", OptionKind::kString,
-                 "File whose first line is the source password; never logged.", true, nullptr,
+    OptionSpec s{"source.password_file",
+                 OptionKind::kString,
+                 "File whose first line is the source password; never logged.",
+                 true,
+                 nullptr,
                  nullptr};
     s.apply = [](RelayConfig& c, const Values& v) -> Status {
       std::ifstream in(v.back());
-      if (!in) return InvalidArgumentError("--source-password-file: cannot read '" + v.back() + "'");
+      if (!in)
+        return InvalidArgumentError("--source-password-file: cannot read '" + v.back() + "'");
       std::getline(in, c.source_password);
       return Status::Ok();
     };
@@ -144,9 +150,12 @@ std::vector<OptionSpec> BuildRunOptions() {
                    "tables for the publication).",
                    &RelayConfig::create_slot));
   {
-    OptionSpec s{"source.tables", OptionKind::kList,
-                 "Schema-qualified outbox tables (repeat the flag, or a TOML array).", false,
-                 nullptr, nullptr};
+    OptionSpec s{"source.tables",
+                 OptionKind::kList,
+                 "Schema-qualified outbox tables (repeat the flag, or a TOML array).",
+                 false,
+                 nullptr,
+                 nullptr};
     s.apply = [](RelayConfig& c, const Values& v) {
       c.tables = v;
       return Status::Ok();
@@ -159,11 +168,14 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "outbox events (a JSON envelope with the outbox fields).",
                   &RelayConfig::message_prefix));
   {
-    OptionSpec s{"outbox.columns", OptionKind::kMap,
+    OptionSpec s{"outbox.columns",
+                 OptionKind::kMap,
                  "Column names of the outbox table as FIELD=COLUMN (fields: id, event_id, "
                  "aggregate_type, aggregate_id, topic, event_type, payload, headers, "
                  "created_at). An empty COLUMN marks an optional column as absent.",
-                 false, nullptr, nullptr};
+                 false,
+                 nullptr,
+                 nullptr};
     s.apply = [s](RelayConfig& c, const Values& v) -> Status {
       for (const auto& kv : v) {
         WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
@@ -185,10 +197,13 @@ std::vector<OptionSpec> BuildRunOptions() {
                    "(demo and tests only: records live in memory).",
                    &RelayConfig::embedded_kafka));
   {
-    OptionSpec s{"kafka.properties", OptionKind::kMap,
+    OptionSpec s{"kafka.properties",
+                 OptionKind::kMap,
                  "Any librdkafka producer property as NAME=VALUE (repeatable; a TOML table). "
                  "enable.idempotence=true and acks=all cannot be weakened.",
-                 false, nullptr, nullptr};
+                 false,
+                 nullptr,
+                 nullptr};
     s.apply = [s](RelayConfig& c, const Values& v) -> Status {
       for (const auto& kv : v) {
         WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));

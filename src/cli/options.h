@@ -21,7 +21,7 @@ namespace walrelay::cli {
 enum class OptionKind { kString, kBool, kInt, kList, kMap };
 
 struct OptionSpec {
-  std::string key;      // TOML key, "section.name"
+  std::string key;  // TOML key, "section.name"
   OptionKind kind;
   std::string help;     // one or two sentences: meaning and units
   bool secret = false;  // value never printed

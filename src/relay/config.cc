@@ -61,8 +61,8 @@ Status RelayConfig::Validate() const {
                                   "requires enable.idempotence=true and acks=all");
     }
   }
-  for (const auto& [flag, value] : {std::pair{"--guard-warn", &guard_warn},
-                                    std::pair{"--guard-critical", &guard_critical}}) {
+  for (const auto& [flag, value] :
+       {std::pair{"--guard-warn", &guard_warn}, std::pair{"--guard-critical", &guard_critical}}) {
     auto t = Threshold::Parse(*value);
     if (!t.ok()) return InvalidArgumentError(std::string(flag) + ": " + t.status().message());
   }

@@ -42,7 +42,7 @@ struct RelayConfig {
   std::string source_password;    // from a file or PGPASSWORD; never logged
   std::string slot = "walrelay";  // logical slot name
   std::string publication = "walrelay_outbox";
-  bool create_slot = true;                              // create publication + slot when missing
+  bool create_slot = true;  // create publication + slot when missing
   // Output plugin of the slot: "pgoutput" (default) or "wal2json" (format-version 2).
   std::string plugin = "pgoutput";
   std::vector<std::string> tables = {"public.outbox"};  // schema-qualified outbox tables

@@ -1,7 +1,6 @@
 #include "src/relay/dead_letter.h"
 
 #include <libpq-fe.h>
-
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -65,17 +64,24 @@ Status DeadLetterWriter::Write(const DeadLetter& l) {
   const std::string ordinal = std::to_string(l.ordinal);
   const std::string xid = std::to_string(l.xid);
   // Text parameters must be NUL-terminated: copy the views.
-  const std::array<std::string, 11> values = {
-      slot_, std::string(l.source), lsn, ordinal, xid, std::string(l.event_id),
-      std::string(l.aggregate_id), std::string(l.event_type), std::string(l.topic),
-      std::string(l.reason), std::string(l.payload)};
+  const std::array<std::string, 11> values = {slot_,
+                                              std::string(l.source),
+                                              lsn,
+                                              ordinal,
+                                              xid,
+                                              std::string(l.event_id),
+                                              std::string(l.aggregate_id),
+                                              std::string(l.event_type),
+                                              std::string(l.topic),
+                                              std::string(l.reason),
+                                              std::string(l.payload)};
   std::array<const char*, 11> params{};
   for (size_t i = 0; i < values.size(); ++i) {
     // Empty optional fields are stored as NULL; slot, source, lsn, reason are never empty.
     params[i] = values[i].empty() ? nullptr : values[i].c_str();
   }
-  PGresult* res = PQexecParams(conn_, insert_sql_.c_str(), static_cast<int>(params.size()),
-                               nullptr, params.data(), nullptr, nullptr, 0);
+  PGresult* res = PQexecParams(conn_, insert_sql_.c_str(), static_cast<int>(params.size()), nullptr,
+                               params.data(), nullptr, nullptr, 0);
   ExecStatusType st = PQresultStatus(res);
   std::string err = PQresultErrorMessage(res);
   PQclear(res);

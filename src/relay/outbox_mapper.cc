@@ -137,11 +137,10 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
     const pgoutput::ColumnValue& col = columns_[index];
     if (col.kind == pgoutput::ColumnKind::kText) return col.data;
     if (col.kind != pgoutput::ColumnKind::kNull && first_error.ok()) {
-      first_error = InvalidArgumentError(
-          "column " + name + " arrived " +
-          (col.kind == pgoutput::ColumnKind::kBinary
-               ? "in binary format (do not set binary 'true')"
-               : "as unchanged TOAST, which an INSERT never sends"));
+      first_error = InvalidArgumentError("column " + name + " arrived " +
+                                         (col.kind == pgoutput::ColumnKind::kBinary
+                                              ? "in binary format (do not set binary 'true')"
+                                              : "as unchanged TOAST, which an INSERT never sends"));
     }
     return std::nullopt;
   };

@@ -44,7 +44,7 @@ struct OutboxRow {
 };
 
 struct OutboxEvent {
-  std::string_view id;              // the row's id column (progress for lost-slot recovery)
+  std::string_view id;  // the row's id column (progress for lost-slot recovery)
   std::string_view topic;
   std::string_view key;    // aggregate_id
   std::string_view value;  // payload

@@ -59,10 +59,9 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
-  sink_.SetDeliveryHandler([this](uint64_t cookie, const Status& st, size_t bytes,
-                                  const kafka::DeliveredRecord* record) {
-    OnDelivery(cookie, st, bytes, record);
-  });
+  sink_.SetDeliveryHandler(
+      [this](uint64_t cookie, const Status& st, size_t bytes,
+             const kafka::DeliveredRecord* record) { OnDelivery(cookie, st, bytes, record); });
 }
 
 void Pipeline::OnHeartbeat(std::string_view content) {
@@ -100,8 +99,10 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
     DeadLetter l;
     l.source = record.Header("walrelay.source");
     l.commit_lsn = Lsn::Parse(record.Header("walrelay.lsn")).value_or(Lsn());
-    l.ordinal = static_cast<uint32_t>(std::strtoul(std::string(record.Header("walrelay.ordinal")).c_str(), nullptr, 10));
-    l.xid = static_cast<uint32_t>(std::strtoul(std::string(record.Header("walrelay.xid")).c_str(), nullptr, 10));
+    l.ordinal = static_cast<uint32_t>(
+        std::strtoul(std::string(record.Header("walrelay.ordinal")).c_str(), nullptr, 10));
+    l.xid = static_cast<uint32_t>(
+        std::strtoul(std::string(record.Header("walrelay.xid")).c_str(), nullptr, 10));
     l.event_id = record.Header("event_id");
     l.aggregate_id = record.key();
     l.event_type = record.Header("event_type");
@@ -124,14 +125,13 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
 Status Pipeline::WriteDeadLetter(const DeadLetter& letter) {
   WALRELAY_RETURN_IF_ERROR(dead_letters_.Write(letter));
   stats_.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
-  spdlog::warn("dead-lettered event {} of {} (commit {}, #{}): {}", letter.event_id,
-               letter.source, letter.commit_lsn.ToString(), letter.ordinal, letter.reason);
+  spdlog::warn("dead-lettered event {} of {} (commit {}, #{}): {}", letter.event_id, letter.source,
+               letter.commit_lsn.ToString(), letter.ordinal, letter.reason);
   return Status::Ok();
 }
 
-DeadLetter Pipeline::LetterForCurrent(std::string_view source,
-                                                   std::string_view reason,
-                                                   std::string_view payload) const {
+DeadLetter Pipeline::LetterForCurrent(std::string_view source, std::string_view reason,
+                                      std::string_view payload) const {
   DeadLetter l;
   l.source = source;
   l.commit_lsn = tx_commit_lsn_;
@@ -183,11 +183,12 @@ void Pipeline::NoteEventId(std::string_view table, std::string_view id) {
 }
 
 Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view source,
-                                           std::string_view raw_payload) {
+                                     std::string_view raw_payload) {
   if (!event_.id.empty()) NoteEventId(source, event_.id);
   if (!mapped.ok()) {
     if (mapped.code() != StatusCode::kInvalidArgument) return mapped;
-    WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, mapped.message(), raw_payload)));
+    WALRELAY_RETURN_IF_ERROR(
+        WriteDeadLetter(LetterForCurrent(source, mapped.message(), raw_payload)));
     ++tx_ordinal_;
     return Status::Ok();
   }
@@ -219,7 +220,7 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
 }
 
 Status Pipeline::HandleMessage(const pgoutput::Message& m,
-                                     const pgoutput::TransactionAssembler::Event& e) {
+                               const pgoutput::TransactionAssembler::Event& e) {
   using pgoutput::TransactionAssembler;
   switch (e.boundary) {
     case TransactionAssembler::Boundary::kBegin: {
@@ -265,12 +266,14 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
                     mapper_.TableName(upd->relation_id));
     }
   } else if (const auto* del = std::get_if<pgoutput::Delete>(&m)) {
-    if (mapper_.IsOutbox(del->relation_id)) stats_.skipped_deletes.fetch_add(1, std::memory_order_relaxed);
+    if (mapper_.IsOutbox(del->relation_id))
+      stats_.skipped_deletes.fetch_add(1, std::memory_order_relaxed);
   } else if (const auto* tr = std::get_if<pgoutput::Truncate>(&m)) {
     for (auto oid : tr->relation_ids) {
       if (mapper_.IsOutbox(oid)) {
         stats_.skipped_truncates.fetch_add(1, std::memory_order_relaxed);
-        spdlog::warn("TRUNCATE of outbox table {} seen (nothing to publish)", mapper_.TableName(oid));
+        spdlog::warn("TRUNCATE of outbox table {} seen (nothing to publish)",
+                     mapper_.TableName(oid));
       }
     }
   } else if (const auto* msg = std::get_if<pgoutput::LogicalMessage>(&m)) {

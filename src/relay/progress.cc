@@ -74,9 +74,9 @@ Result<Progress> ProgressStore::Load(const std::string& slot) {
 }
 
 Status ProgressStore::Save(const std::string& slot, const std::map<std::string, int64_t>& last_id) {
-  WALRELAY_RETURN_IF_ERROR(Exec("INSERT INTO " + table_ +
-                                    " (slot, source) VALUES ($1, '*') ON CONFLICT DO NOTHING",
-                                {slot}, "saving recovery progress"));
+  WALRELAY_RETURN_IF_ERROR(
+      Exec("INSERT INTO " + table_ + " (slot, source) VALUES ($1, '*') ON CONFLICT DO NOTHING",
+           {slot}, "saving recovery progress"));
   for (const auto& [source, id] : last_id) {
     WALRELAY_RETURN_IF_ERROR(
         Exec("INSERT INTO " + table_ +

@@ -21,8 +21,8 @@ typedef struct pg_conn PGconn;
 namespace walrelay::relay {
 
 struct Progress {
-  bool exists = false;      // any row for the slot: the slot has streamed before
-  bool recovering = false;  // a backfill started and did not finish
+  bool exists = false;                     // any row for the slot: the slot has streamed before
+  bool recovering = false;                 // a backfill started and did not finish
   std::map<std::string, int64_t> last_id;  // outbox table -> highest confirmed id
   int64_t updated_at_unix = 0;             // when last_id was last written
 };
@@ -42,7 +42,8 @@ class ProgressStore {
 
  private:
   ProgressStore(PGconn* conn, std::string table) : conn_(conn), table_(std::move(table)) {}
-  Status Exec(const std::string& sql, const std::vector<std::string>& params, std::string_view what);
+  Status Exec(const std::string& sql, const std::vector<std::string>& params,
+              std::string_view what);
   PGconn* conn_;
   std::string table_;  // quoted
 };

@@ -48,8 +48,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                 DeadLetterSink& dead_letters, RelayStats& stats) {
   std::unique_ptr<PGconn, ConnCloser> conn(PQconnectdb(conninfo.c_str()));
   if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return UnavailableError(std::string("recovery: cannot connect: ") +
-                            PQerrorMessage(conn.get()));
+    return UnavailableError(std::string("recovery: cannot connect: ") + PQerrorMessage(conn.get()));
   }
   WALRELAY_RETURN_IF_ERROR(
       Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN").status());
@@ -92,12 +91,12 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
       where += " OR " + QuoteIdentifier(c.created_at) + " > to_timestamp(" +
                std::to_string(since_unix) + ")";
     }
-    const std::string select =
-        "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.id) + ", " +
-        Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) +
-        ", " + Column(c.topic) + ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " +
-        Column(c.headers) + " FROM " + QuoteQualifiedIdentifier(table) + " WHERE " + where +
-        " ORDER BY " + QuoteIdentifier(c.id);
+    const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.id) +
+                               ", " + Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " +
+                               Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
+                               Column(c.event_type) + ", " + Column(c.payload) + ", " +
+                               Column(c.headers) + " FROM " + QuoteQualifiedIdentifier(table) +
+                               " WHERE " + where + " ORDER BY " + QuoteIdentifier(c.id);
     WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table).status());
     spdlog::warn("recovery: republishing rows of {} with id > {}{}", table, last_id,
                  c.created_at.empty() ? "" : " or created in the lookback window");
@@ -109,8 +108,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
       for (int i = 0; i < n; ++i) {
         auto field = [&](int col) -> std::optional<std::string_view> {
           if (PQgetisnull(rows.get(), i, col)) return std::nullopt;
-          return std::string_view(PQgetvalue(rows.get(), i, col),
-                                  PQgetlength(rows.get(), i, col));
+          return std::string_view(PQgetvalue(rows.get(), i, col), PQgetlength(rows.get(), i, col));
         };
         OutboxRow row{field(0), field(1), field(2), field(3),
                       field(4), field(5), field(6), field(7)};
@@ -138,7 +136,8 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         headers.clear();
         headers.push_back({"event_id", event.event_id});
         headers.push_back({"event_type", event.event_type});
-        if (!event.aggregate_type.empty()) headers.push_back({"aggregate_type", event.aggregate_type});
+        if (!event.aggregate_type.empty())
+          headers.push_back({"aggregate_type", event.aggregate_type});
         for (const auto& [name, value] : event.extra_headers) headers.push_back({name, value});
         headers.push_back({"walrelay.source", table});
         headers.push_back({"walrelay.lsn", lsn_text});

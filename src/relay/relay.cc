@@ -10,12 +10,12 @@
 #include "slot/slot_admin.h"
 #include "slot/wire.h"
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/dead_letter.h"
-#include "src/relay/pipeline.h"
-#include "src/relay/plugin_options.h"
 #include "src/metrics/http_server.h"
 #include "src/metrics/registry.h"
+#include "src/relay/dead_letter.h"
 #include "src/relay/metric_names.h"
+#include "src/relay/pipeline.h"
+#include "src/relay/plugin_options.h"
 #include "src/relay/progress.h"
 #include "src/relay/recovery.h"
 #include "src/relay/slot_guard.h"
@@ -124,8 +124,8 @@ Status Relay::Session::Start() {
   if (config_.create_slot && !config_.tables.empty()) {
     WALRELAY_RETURN_IF_ERROR(admin_->EnsurePublication(config_.publication, config_.tables));
   }
-  WALRELAY_ASSIGN_OR_RETURN(dead_letters_, DeadLetterWriter::Open(conninfo, config_.dead_letter_table,
-                                                                   config_.slot));
+  WALRELAY_ASSIGN_OR_RETURN(
+      dead_letters_, DeadLetterWriter::Open(conninfo, config_.dead_letter_table, config_.slot));
   WALRELAY_ASSIGN_OR_RETURN(progress_, ProgressStore::Open(conninfo, config_.progress_table));
   WALRELAY_ASSIGN_OR_RETURN(Progress progress, progress_->Load(config_.slot));
 
@@ -166,7 +166,8 @@ Status Relay::Session::Start() {
         " is lost (wal_status 'lost': PostgreSQL removed WAL it needed, see "
         "max_slot_wal_keep_size) and no walrelay progress is recorded for it, so the rows to "
         "republish are unknown: drop the slot (SELECT pg_drop_replication_slot('" +
-        config_.slot + "')) and republish from the outbox table by hand, or restart with a "
+        config_.slot +
+        "')) and republish from the outbox table by hand, or restart with a "
         "new slot");
   }
 
@@ -191,8 +192,8 @@ Status Relay::Session::Start() {
   return Status::Ok();
 }
 
-Status Relay::Session::Recover(const std::string& conninfo, const Progress& progress,
-                               bool missing, bool lost) {
+Status Relay::Session::Recover(const std::string& conninfo, const Progress& progress, bool missing,
+                               bool lost) {
   if (!config_.recovery_enabled) {
     return FailedPreconditionError(
         "replication slot " + config_.slot + (lost ? " is lost" : " is gone") +
@@ -211,15 +212,15 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
                             conn_->CreateLogicalSlot(config_.slot, config_.plugin, false, true));
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
-      Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, progress,
-               *sink_, *dead_letters_, stats_));
+      Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, progress, *sink_,
+               *dead_letters_, stats_));
   WALRELAY_RETURN_IF_ERROR(progress_->Save(config_.slot, result.max_id));
   WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, false));
   relay_.stats_.slot_recoveries.fetch_add(1);
-  spdlog::warn("recovery of slot {} done: {} events republished, {} dead-lettered; streaming "
-               "from {}",
-               config_.slot, result.published, result.dead_lettered,
-               created.consistent_point.ToString());
+  spdlog::warn(
+      "recovery of slot {} done: {} events republished, {} dead-lettered; streaming "
+      "from {}",
+      config_.slot, result.published, result.dead_lettered, created.consistent_point.ToString());
   return Status::Ok();
 }
 
@@ -247,8 +248,8 @@ Status Relay::Session::Heartbeat() {
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-  Status st = admin_->EmitMessage(/*transactional=*/false, kHeartbeatPrefix,
-                                  std::to_string(now_us));
+  Status st =
+      admin_->EmitMessage(/*transactional=*/false, kHeartbeatPrefix, std::to_string(now_us));
   if (!st.ok()) return st.WithContext("heartbeat");
   stats_.heartbeats_sent.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
@@ -304,9 +305,8 @@ Status Relay::StartObservability() {
   });
   obs_->produce_latency = &r.AddHistogram(mn::kProduceLatency.name, mn::kProduceLatency.help,
                                           metrics::DefaultLatencyBuckets());
-  obs_->commit_to_ack_latency =
-      &r.AddHistogram(mn::kCommitToAckLatency.name, mn::kCommitToAckLatency.help,
-                      metrics::DefaultLatencyBuckets());
+  obs_->commit_to_ack_latency = &r.AddHistogram(
+      mn::kCommitToAckLatency.name, mn::kCommitToAckLatency.help, metrics::DefaultLatencyBuckets());
 
   WALRELAY_ASSIGN_OR_RETURN(Threshold warn, Threshold::Parse(config_.guard_warn));
   WALRELAY_ASSIGN_OR_RETURN(Threshold critical, Threshold::Parse(config_.guard_critical));
@@ -346,7 +346,8 @@ Status Relay::Run() {
     WALRELAY_ASSIGN_OR_RETURN(auto cluster, kafka::MockCluster::Create(3));
     embedded_ = std::make_unique<Embedded>();
     embedded_->cluster = std::move(cluster);
-    spdlog::info("embedded Kafka (librdkafka mock cluster) at {}", embedded_->cluster->bootstraps());
+    spdlog::info("embedded Kafka (librdkafka mock cluster) at {}",
+                 embedded_->cluster->bootstraps());
   }
   if (!obs_) WALRELAY_RETURN_IF_ERROR(StartObservability());
   std::mt19937_64 rng(std::random_device{}());
@@ -385,7 +386,8 @@ Status Relay::Run() {
       break;
     }
     stats_.restarts.fetch_add(1);
-    milliseconds delay(std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
+    milliseconds delay(
+        std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
     spdlog::warn("session failed: {}; restarting from the slot's confirmed position in {} ms",
                  st.ToString(), delay.count());
     backoff = std::min(backoff * 2, config_.reconnect_max);

@@ -100,8 +100,8 @@ TEST(OptionsTest, BadValuesSayWhatIsWrong) {
 
 TEST(OptionsTest, KafkaPropertyValuesMayHoldCommas) {
   auto args = kMinimal;
-  args.insert(args.end(), {"--kafka-property", "debug=broker,topic", "--kafka-property",
-                           "linger.ms=1"});
+  args.insert(args.end(),
+              {"--kafka-property", "debug=broker,topic", "--kafka-property", "linger.ms=1"});
   auto p = Parse(args);
   ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
   EXPECT_EQ(p.config->kafka_properties.at("debug"), "broker,topic");
@@ -118,7 +118,8 @@ TEST(OptionsTest, PasswordFileIsReadAndRedacted) {
   std::remove(file.c_str());
   EXPECT_EQ(RedactConninfo("host=h password=s3cret dbname=x"), "host=h password=******** dbname=x");
   EXPECT_EQ(RedactConninfo("host=h password='a b' dbname=x"), "host=h password=******** dbname=x");
-  EXPECT_EQ(RedactConninfo("postgresql://app:s3cret@db:5432/x"), "postgresql://app:********@db:5432/x");
+  EXPECT_EQ(RedactConninfo("postgresql://app:s3cret@db:5432/x"),
+            "postgresql://app:********@db:5432/x");
 }
 
 TEST(OptionsTest, NamesDeriveFromTheTomlKey) {

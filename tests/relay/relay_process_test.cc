@@ -57,8 +57,8 @@ class RelayProcessTest : public ::testing::Test {
     auto p = Subprocess::Start(
         {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
          kafka_->bootstraps(), "--flow-status-interval-ms", "100", "--flow-max-in-flight-events",
-         std::to_string(kInFlightCap), "--flow-reconnect-min-ms", "50",
-         "--flow-reconnect-max-ms", "500"},
+         std::to_string(kInFlightCap), "--flow-reconnect-min-ms", "50", "--flow-reconnect-max-ms",
+         "500"},
         log_);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     relay_.emplace(std::move(*p));
@@ -82,8 +82,9 @@ class RelayProcessTest : public ::testing::Test {
     return v.ok() ? Lsn::Parse(*v).value_or(Lsn()) : Lsn();
   }
   Lsn ConfirmedFlush() {
-    return Scalar("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = "
-                  "'walrelay'");
+    return Scalar(
+        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = "
+        "'walrelay'");
   }
   bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
     Lsn target = Scalar("SELECT pg_current_wal_insert_lsn()");
@@ -161,8 +162,8 @@ TEST_F(RelayProcessTest, KillNineAtRandomMomentsLosesNothing) {
   std::mt19937 rng(20261202);
   int kills = 0;
   while (!written.load() || kills < 5) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(
-        std::uniform_int_distribution<int>(200, 1200)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(200, 1200)(rng)));
     relay_->Signal(SIGKILL);
     ASSERT_EQ(relay_->Wait(10s), 128 + SIGKILL);
     ++kills;
@@ -229,9 +230,10 @@ TEST_F(RelayProcessTest, MillionRowTransactionInBoundedMemory) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = relay_->CpuSeconds() - cpu_before;
   const uint64_t peak = relay_->PeakRssBytes();
-  std::printf("1,000,000-row transaction: %.1f s after commit (%.0f events/s), relay CPU %.2f s "
-              "(%.2f us/event), peak RSS %.1f MB\n",
-              seconds, 1e6 / seconds, cpu, cpu, peak / 1048576.0);
+  std::printf(
+      "1,000,000-row transaction: %.1f s after commit (%.0f events/s), relay CPU %.2f s "
+      "(%.2f us/event), peak RSS %.1f MB\n",
+      seconds, 1e6 / seconds, cpu, cpu, peak / 1048576.0);
   EXPECT_LT(peak, 100ull << 20) << "relay peak RSS over 100 MB";
   // 1,000,000 records are more than the mock cluster retains, so count them by the
   // partitions' end offsets: with no crash the idempotent producer writes each once.

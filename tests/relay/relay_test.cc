@@ -21,8 +21,8 @@ namespace walrelay::relay {
 namespace {
 
 using namespace std::chrono_literals;
-using kafka::testing::ConsumedRecord;
 using kafka::testing::ConsumeAll;
+using kafka::testing::ConsumedRecord;
 
 std::string HeaderOf(const ConsumedRecord& r, std::string_view name) {
   for (const auto& [k, v] : r.headers) {
@@ -157,25 +157,27 @@ TEST_F(RelayTest, ConcurrentWritersEveryCommittedEventOnceOrMoreInOrder) {
       for (const Shape& s : shapes) {
         for (int t = 0; t < s.txs; ++t) {
           // Each writer owns 8 aggregates; the row's seq orders them within the writer.
-          std::string sql = "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, "
-                            "event_type, payload) SELECT 'payment', 'w" +
-                            std::to_string(w) + "-' || ((" + std::to_string(seq) +
-                            " + g) % 8), 'PaymentCaptured', jsonb_build_object('writer', " +
-                            std::to_string(w) + ", 'seq', " + std::to_string(seq) +
-                            " + g) FROM generate_series(0, " + std::to_string(s.rows - 1) +
-                            ") g;";
+          std::string sql =
+              "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, "
+              "event_type, payload) SELECT 'payment', 'w" +
+              std::to_string(w) + "-' || ((" + std::to_string(seq) +
+              " + g) % 8), 'PaymentCaptured', jsonb_build_object('writer', " + std::to_string(w) +
+              ", 'seq', " + std::to_string(seq) + " + g) FROM generate_series(0, " +
+              std::to_string(s.rows - 1) + ") g;";
           if (t % 50 == 7) {
             // A savepoint rolled back inside a committed transaction: its rows never exist.
-            sql += "SAVEPOINT s; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
-                   "payload) VALUES ('payment', 'ghost', 'Ghost', '{\"rolled_back\":true}'); "
-                   "ROLLBACK TO SAVEPOINT s;";
+            sql +=
+                "SAVEPOINT s; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
+                "payload) VALUES ('payment', 'ghost', 'Ghost', '{\"rolled_back\":true}'); "
+                "ROLLBACK TO SAVEPOINT s;";
           }
           sql += "COMMIT;";
           exec(sql);
           seq += s.rows;
           if (t % 40 == 3) {
-            exec("BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
-                 "VALUES ('payment', 'ghost', 'Ghost', '{\"rolled_back\":true}'); ROLLBACK;");
+            exec(
+                "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                "VALUES ('payment', 'ghost', 'Ghost', '{\"rolled_back\":true}'); ROLLBACK;");
           }
         }
       }
@@ -189,9 +191,10 @@ TEST_F(RelayTest, ConcurrentWritersEveryCommittedEventOnceOrMoreInOrder) {
   ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << "confirmed_flush_lsn did not catch up";
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::printf("%zu events from %d writers written, published and confirmed in %.2f s "
-              "(%.0f events/s end to end)\n",
-              expected, kWriters, seconds, expected / seconds);
+  std::printf(
+      "%zu events from %d writers written, published and confirmed in %.2f s "
+      "(%.0f events/s end to end)\n",
+      expected, kWriters, seconds, expected / seconds);
 
   auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, expected, 60s);
   std::set<std::string> ids;
@@ -257,21 +260,23 @@ TEST_F(RelayTest, TopicColumnHeadersTableLessMessagesAndSeveralTables) {
   ASSERT_TRUE(kafka_->CreateTopic("invoices", 2, 1).ok());
   config_.tables = {"public.outbox", "billing.outbox"};
   StartRelay();
-  ASSERT_TRUE(pg_->Exec(
-      "BEGIN;"
-      "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES "
-      " ('payment', 'p1', 'PaymentCaptured', '{\"amount\": 5}', "
-      "  '{\"trace_id\": \"abc\", \"attempt\": 2}');"
-      "INSERT INTO billing.outbox (aggregate_id, topic, event_type, payload) VALUES "
-      " ('i1', 'invoices', 'InvoiceIssued', '{\"total\": 7}');"
-      "SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
-      " '{\"event_id\": \"e-msg-1\", \"aggregate_type\": \"payment\", "
-      "\"aggregate_id\": \"p2\", \"event_type\": \"PaymentRefunded\", "
-      "\"payload\": {\"amount\": 3}, \"headers\": {\"source\": \"msg\"}}');"
-      "SELECT pg_logical_emit_message(true, 'walrelay.outbox', '{\"event_id\": \"e-bad\"}');"
-      "SELECT pg_logical_emit_message(true, 'other.prefix', 'ignored');"
-      "COMMIT;")
-                  .ok());
+  ASSERT_TRUE(
+      pg_->Exec(
+             "BEGIN;"
+             "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) "
+             "VALUES "
+             " ('payment', 'p1', 'PaymentCaptured', '{\"amount\": 5}', "
+             "  '{\"trace_id\": \"abc\", \"attempt\": 2}');"
+             "INSERT INTO billing.outbox (aggregate_id, topic, event_type, payload) VALUES "
+             " ('i1', 'invoices', 'InvoiceIssued', '{\"total\": 7}');"
+             "SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
+             " '{\"event_id\": \"e-msg-1\", \"aggregate_type\": \"payment\", "
+             "\"aggregate_id\": \"p2\", \"event_type\": \"PaymentRefunded\", "
+             "\"payload\": {\"amount\": 3}, \"headers\": {\"source\": \"msg\"}}');"
+             "SELECT pg_logical_emit_message(true, 'walrelay.outbox', '{\"event_id\": \"e-bad\"}');"
+             "SELECT pg_logical_emit_message(true, 'other.prefix', 'ignored');"
+             "COMMIT;")
+          .ok());
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
   auto payments = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, 2, 20s);
   ASSERT_EQ(payments.size(), 2u);
@@ -429,9 +434,9 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
                           "generate_series(1, 2000) g; SELECT pg_switch_wal(); CHECKPOINT;")
                     .ok());
   }
-  ASSERT_EQ(*pg_->QueryScalar(
-                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
-            "lost");
+  ASSERT_EQ(
+      *pg_->QueryScalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+      "lost");
 
   StartRelay();
   WriteEvents(3000, 5, 100);  // 500 events after recovery

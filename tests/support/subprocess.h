@@ -19,8 +19,7 @@ class Subprocess {
  public:
   // Starts argv[0] with argv, extra environment entries ("NAME=value") and output to
   // `log_path` (appended).
-  static Result<Subprocess> Start(const std::vector<std::string>& argv,
-                                  const std::string& log_path,
+  static Result<Subprocess> Start(const std::vector<std::string>& argv, const std::string& log_path,
                                   const std::vector<std::string>& env = {});
   Subprocess(Subprocess&& other) noexcept;
   Subprocess& operator=(Subprocess&& other) noexcept;
