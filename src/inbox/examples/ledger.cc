@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <memory>
+#include <optional>
 
 namespace walrelay::inbox::ledger {
 
@@ -19,8 +20,9 @@ Status EnsureLedgerSchema(const std::string& conninfo) {
              "BEGIN;"
              "SELECT pg_advisory_xact_lock(hashtext('walrelay.ledger.schema'));"
              "CREATE TABLE IF NOT EXISTS wallet (id text PRIMARY KEY, balance bigint NOT NULL);"
-             "CREATE TABLE IF NOT EXISTS wallet_credit (event_id text NOT NULL, wallet text "
-             "NOT NULL, amount bigint NOT NULL);"
+             "CREATE TABLE IF NOT EXISTS wallet_credit (applied_order bigint GENERATED ALWAYS "
+             "AS IDENTITY, event_id text NOT NULL, wallet text NOT NULL, amount bigint NOT "
+             "NULL, seq bigint);"
              "COMMIT;"),
       &PQclear);
   if (PQresultStatus(res.get()) != PGRES_COMMAND_OK) {
@@ -47,14 +49,19 @@ Status CreditWallet(const InboxMessage& message, Transaction& tx) {
   if (payload["amount"].get(amount) != simdjson::SUCCESS) {
     return InvalidArgumentError("ledger: payload has no integer \"amount\"");
   }
+  // Optional producer sequence: recorded so that the order of application can be checked.
+  std::optional<std::string> seq;
+  int64_t seq_value = 0;
+  if (payload["seq"].get(seq_value) == simdjson::SUCCESS) seq = std::to_string(seq_value);
   WALRELAY_ASSIGN_OR_RETURN(
       int64_t n, tx.Exec("INSERT INTO wallet (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO "
                          "UPDATE SET balance = wallet.balance + EXCLUDED.balance",
                          {wallet, amount}));
   (void)n;
   WALRELAY_ASSIGN_OR_RETURN(
-      int64_t m, tx.Exec("INSERT INTO wallet_credit (event_id, wallet, amount) VALUES ($1, $2, $3)",
-                         {message.event_id, wallet, amount}));
+      int64_t m,
+      tx.Exec("INSERT INTO wallet_credit (event_id, wallet, amount, seq) VALUES ($1, $2, $3, $4)",
+              {message.event_id, wallet, amount, seq ? Param(*seq) : Param(std::nullopt)}));
   (void)m;
   return Status::Ok();
 }
