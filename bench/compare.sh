@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# compare.sh: walrelay against PostgreSQL's own ceiling, in one run on one machine.
+#
+#   bench/compare.sh [N]     N outbox rows (default 1000000; env N works too)
+#
+# 1. starts a throwaway PostgreSQL 15 (scripts/pgtmp.sh) and the development Kafka
+#    (walrelay-devbroker, 3 brokers, topic outbox.payment with $PARTITIONS partitions);
+# 2. creates the outbox table, the publication and one pgoutput slot per run (all before
+#    loading, so every slot holds the same backlog), then loads N rows in 1,000-row
+#    transactions with ~300-byte jsonb payloads;
+# 3. drains the backlog, over the unix socket and over TCP, with
+#      pg_recvlogical --start --no-loop -E END -o proto_version=1
+#                     -o publication_names=walrelay_outbox -P pgoutput -f /dev/null
+#    and with `walrelay run` into the dev broker (every event acked by Kafka, the LSN
+#    confirmed; the end is when the slot's confirmed_flush_lsn reaches END);
+# 4. records the backlog once (`walrelay record`) and replays it into the null sink and
+#    into the dev broker (`walrelay replay --json`).
+# Prints rows/s, CPU seconds of each client and of its walsender (/proc/<pid>/stat of
+# pg_stat_replication.pid, sampled every 20 ms while it lives), the client's peak RSS,
+# and the walrelay / pg_recvlogical ratios.
+#
+# Env: BUILD (build dir with walrelay and walrelay-devbroker; default build-bench, built
+# when missing), WORK (default /tmp/walrelay-compare), PARTITIONS (default 16),
+# REPLAY (default 1), KEEP=1 keeps the cluster and files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+N=${1:-${N:-1000000}}
+TX=1000
+BUILD=${BUILD:-build-bench}
+WORK=${WORK:-/tmp/walrelay-compare}
+PARTITIONS=${PARTITIONS:-16}
+REPLAY=${REPLAY:-1}
+WALRELAY=$ROOT/$BUILD/src/cli/walrelay
+DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
+CLK_TCK=$(getconf CLK_TCK)
+
+log() { printf '[compare %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+if [[ ! -x $WALRELAY || ! -x $DEVBROKER ]]; then
+  log "building walrelay and walrelay-devbroker in $BUILD"
+  cmake -S . -B "$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
+  cmake --build "$BUILD" -j2 --target walrelay walrelay-devbroker
+fi
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+chmod 755 "$WORK"
+PGDIR=$WORK/pg
+BROKER_PID=""
+cleanup() {
+  set +e
+  [[ -n "${PSQL_PID:-}" ]] && kill "$PSQL_PID" 2>/dev/null
+  [[ -n "$BROKER_PID" ]] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
+  if [[ "${KEEP:-0}" != 1 ]]; then
+    "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
+    rm -rf "$WORK"
+  fi
+}
+trap cleanup EXIT
+
+eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" autovacuum=off max_wal_size=8GB \
+  checkpoint_timeout=30min shared_buffers=256MB)"
+DSN_unix="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
+DSN_tcp="host=127.0.0.1 port=$PGPORT user=walrelay dbname=postgres"
+
+# One long-lived psql for every poll (no fork per query while measuring).
+coproc PSQL { psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN_unix" 2>&1; }
+PSQL_PID=$PSQL_PID
+q() {  # q SQL -> its one-row, one-column answer (queries must return exactly one row)
+  printf '%s\n' "$1" >&"${PSQL[1]}"
+  local line
+  IFS= read -r line <&"${PSQL[0]}"
+  printf '%s' "$line"
+}
+
+PGVERSION=$(q "SHOW server_version;")
+log "PostgreSQL $PGVERSION at $PGHOST:$PGPORT; $N rows in transactions of $TX"
+
+psql -X -q -v ON_ERROR_STOP=1 -d "$DSN_unix" <<'SQL'
+CREATE TABLE outbox (
+  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),
+  aggregate_type text,
+  aggregate_id   text NOT NULL,
+  topic          text,
+  event_type     text NOT NULL,
+  payload        jsonb NOT NULL,
+  headers        jsonb,
+  created_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE PUBLICATION walrelay_outbox FOR TABLE outbox;
+SQL
+SLOTS="pgr_unix pgr_tcp wr_unix wr_tcp"
+[[ $REPLAY == 1 ]] && SLOTS="$SLOTS rec"
+for s in $SLOTS; do
+  psql -X -q -v ON_ERROR_STOP=1 -d "$DSN_unix" \
+    -c "SELECT pg_create_logical_replication_slot('$s', 'pgoutput')" >/dev/null
+done
+
+BATCHES=$(( (N + TX - 1) / TX ))
+log "loading $BATCHES transactions"
+load_start=$(date +%s.%N)
+psql -X -q -v ON_ERROR_STOP=1 -d "$DSN_unix" <<SQL
+DO \$\$
+BEGIN
+  FOR b IN 0..$((BATCHES - 1)) LOOP
+    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+    SELECT 'payment', 'acct-' || ((b * $TX + g) % 10000), 'PaymentCaptured',
+           jsonb_build_object(
+             'payment_id', b * $TX + g,
+             'amount_cents', (b * $TX + g) % 100000,
+             'currency', 'EUR',
+             'status', 'CAPTURED',
+             'customer', jsonb_build_object('id', 'cus_' || md5(g::text),
+                                            'email', 'user' || g || '@example.com'),
+             'method', jsonb_build_object('type', 'card', 'brand', 'visa', 'last4', '4242'),
+             'note', repeat('x', 64))
+    FROM generate_series(1, $TX) g;
+    COMMIT;
+  END LOOP;
+END
+\$\$;
+SQL
+load_end=$(date +%s.%N)
+END=$(q "SELECT pg_current_wal_insert_lsn();")
+ROWS=$(q "SELECT count(*) FROM outbox;")
+PAYLOAD=$(q "SELECT round(avg(length(payload::text))) FROM (SELECT payload FROM outbox LIMIT 10000) s;")
+WALBYTES=$(q "SELECT pg_wal_lsn_diff('$END', (SELECT min(confirmed_flush_lsn) FROM pg_replication_slots));")
+log "loaded $ROWS rows (payload ~$PAYLOAD bytes) in $(awk "BEGIN{printf \"%.1f\", $load_end-$load_start}") s; backlog $((WALBYTES / 1048576)) MiB of WAL, end LSN $END"
+
+# Dev broker.
+BOOTFILE=$WORK/bootstrap
+"$DEVBROKER" --brokers 3 --topic "outbox.payment:$PARTITIONS" --bootstrap-file "$BOOTFILE" \
+  </dev/null >"$WORK/devbroker.log" 2>&1 &
+BROKER_PID=$!
+for _ in $(seq 1 200); do [[ -s $BOOTFILE ]] && break; sleep 0.05; done
+BOOT=$(sed -n 's/^bootstrap=//p' "$BOOTFILE")
+[[ -n $BOOT ]] || { cat "$WORK/devbroker.log" >&2; exit 1; }
+
+cpu_of() {  # utime+stime in ticks of a live pid, or empty
+  local stat
+  IFS= read -r stat <"/proc/$1/stat" 2>/dev/null || return 0
+  stat=${stat##*) }  # fields from 3 on
+  # shellcheck disable=SC2086
+  set -- $stat
+  echo $(( ${12} + ${13} ))
+}
+hwm_kb_of() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || true; }
+ticks_s() { awk "BEGIN{printf \"%.2f\", $1/$CLK_TCK}"; }
+
+walsender_of() {  # walsender_of APPNAME SLOT -> pid (waits until it shows up)
+  local pid=""
+  for _ in $(seq 1 500); do
+    pid=$(q "SELECT coalesce((SELECT r.pid FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = '$2')::text, '');")
+    [[ -n $pid ]] && { echo "$pid"; return; }
+    sleep 0.01
+  done
+}
+
+declare -A RATE CPU WSCPU RSS WALL
+RESULT_LINES=()
+
+run_recvlogical() {  # transport
+  local t=$1 dsn_var="DSN_$1" slot="pgr_$1"
+  log "pg_recvlogical over $t"
+  local t0 t1 ws ws_cpu="" c
+  t0=$(date +%s.%N)
+  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" \
+    pg_recvlogical -d "${!dsn_var}" -S "$slot" --start --no-loop -E "$END" \
+    -o proto_version=1 -o publication_names=walrelay_outbox -P pgoutput -f /dev/null \
+    2>"$WORK/$slot.log" &
+  local pid=$!
+  ws=$(walsender_of pg_recvlogical "$slot")
+  while kill -0 "$pid" 2>/dev/null; do
+    c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
+    sleep 0.02
+  done
+  wait "$pid" || { cat "$WORK/$slot.log" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  read -r _ user sys maxrss <"$WORK/time.$slot"
+  local key="pg_recvlogical/$t"
+  WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
+  RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
+  CPU[$key]=$(awk "BEGIN{printf \"%.2f\", $user+$sys}")
+  WSCPU[$key]=$(ticks_s "${ws_cpu:-0}")
+  RSS[$key]=$(awk "BEGIN{printf \"%.1f\", $maxrss/1024}")
+}
+
+run_walrelay() {  # transport
+  local t=$1 dsn_var="DSN_$1" slot="wr_$1"
+  log "walrelay run over $t"
+  local t0 t1 ws ws_cpu="" c cpu="" hwm="" confirmed
+  t0=$(date +%s.%N)
+  "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
+    --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
+    >"$WORK/$slot.log" 2>&1 &
+  local pid=$!
+  ws=$(walsender_of walrelay "$slot")
+  while :; do
+    kill -0 "$pid" 2>/dev/null || { cat "$WORK/$slot.log" >&2; exit 1; }
+    c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
+    confirmed=$(q "SELECT confirmed_flush_lsn >= '$END'::pg_lsn FROM pg_replication_slots WHERE slot_name = '$slot';")
+    [[ $confirmed == t ]] && break
+    sleep 0.02
+  done
+  t1=$(date +%s.%N)
+  cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid")
+  c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
+  kill -TERM "$pid"; wait "$pid" || true
+  local key="walrelay/$t"
+  WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
+  RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
+  CPU[$key]=$(ticks_s "$cpu")
+  WSCPU[$key]=$(ticks_s "${ws_cpu:-0}")
+  RSS[$key]=$(awk "BEGIN{printf \"%.1f\", $hwm/1024}")
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for t in unix tcp; do
+  run_recvlogical "$t"
+  run_walrelay "$t"
+done
+
+REPLAY_NULL="" REPLAY_KAFKA=""
+if [[ $REPLAY == 1 ]]; then
+  log "recording the backlog (walrelay record, slot rec)"
+  "$WALRELAY" record --dsn "$DSN_unix" --slot rec --until-lsn "$END" -o "$WORK/backlog.wrr" -q
+  log "replaying into the null sink"
+  REPLAY_NULL=$("$WALRELAY" replay "$WORK/backlog.wrr" --sink null --json)
+  log "replaying into the dev broker"
+  REPLAY_KAFKA=$("$WALRELAY" replay "$WORK/backlog.wrr" --sink kafka --kafka-bootstrap-servers "$BOOT" --json)
+fi
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo
+echo "walrelay vs pg_recvlogical: $ROWS rows, $TX-row transactions, ~$PAYLOAD-byte payloads, PostgreSQL $PGVERSION"
+echo "machine: $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), load average before $LOAD_BEFORE, after $LOAD_AFTER"
+printf '%-22s %10s %9s %11s %14s %10s\n' client rows/s wall_s client_cpu_s walsender_cpu_s peak_rss_MB
+for t in unix tcp; do
+  for c in pg_recvlogical walrelay; do
+    k="$c/$t"
+    printf '%-22s %10s %9s %11s %14s %10s\n' "$k" "${RATE[$k]}" "${WALL[$k]}" "${CPU[$k]}" "${WSCPU[$k]}" "${RSS[$k]}"
+  done
+done
+for t in unix tcp; do
+  awk -v t="$t" -v wr="${RATE[walrelay/$t]}" -v pr="${RATE[pg_recvlogical/$t]}" \
+      -v wc="${CPU[walrelay/$t]}" -v pc="${CPU[pg_recvlogical/$t]}" -v rows="$ROWS" \
+      'BEGIN{printf "ratio walrelay/pg_recvlogical over %s: rate %.3f, client CPU %.2f; walrelay CPU per event %.3f us, pg_recvlogical %.3f us\n", t, wr/pr, (pc>0?wc/pc:0), wc*1e6/rows, pc*1e6/rows}'
+done
+if [[ $REPLAY == 1 ]]; then
+  echo "replay null sink:  $REPLAY_NULL"
+  echo "replay dev broker: $REPLAY_KAFKA"
+fi
