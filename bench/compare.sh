@@ -159,7 +159,7 @@ walsender_of() {  # walsender_of APPNAME SLOT -> pid (waits until it shows up)
   done
 }
 
-declare -A RATE CPU WSCPU RSS WALL
+declare -A RATE CPU WSCPU RSS WALL BROKERCPU
 RESULT_LINES=()
 
 run_recvlogical() {  # transport
@@ -191,7 +191,8 @@ run_recvlogical() {  # transport
 run_walrelay() {  # transport
   local t=$1 dsn_var="DSN_$1" slot="wr_$1"
   log "walrelay run over $t"
-  local t0 t1 ws ws_cpu="" c cpu="" hwm="" confirmed
+  local t0 t1 ws ws_cpu="" c cpu="" hwm="" confirmed broker0 broker1
+  broker0=$(cpu_of "$BROKER_PID")
   t0=$(date +%s.%N)
   "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
     --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
@@ -206,7 +207,7 @@ run_walrelay() {  # transport
     sleep 0.02
   done
   t1=$(date +%s.%N)
-  cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid")
+  cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid"); broker1=$(cpu_of "$BROKER_PID")
   c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
   kill -TERM "$pid"; wait "$pid" || true
   local key="walrelay/$t"
@@ -215,6 +216,7 @@ run_walrelay() {  # transport
   CPU[$key]=$(ticks_s "$cpu")
   WSCPU[$key]=$(ticks_s "${ws_cpu:-0}")
   RSS[$key]=$(awk "BEGIN{printf \"%.1f\", $hwm/1024}")
+  BROKERCPU[$key]=$(ticks_s $((broker1 - broker0)))
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -230,18 +232,20 @@ if [[ $REPLAY == 1 ]]; then
   log "replaying into the null sink"
   REPLAY_NULL=$("$WALRELAY" replay "$WORK/backlog.wrr" --sink null --json)
   log "replaying into the dev broker"
+  b0=$(cpu_of "$BROKER_PID")
   REPLAY_KAFKA=$("$WALRELAY" replay "$WORK/backlog.wrr" --sink kafka --kafka-bootstrap-servers "$BOOT" --json)
+  REPLAY_BROKER_CPU=$(ticks_s $(($(cpu_of "$BROKER_PID") - b0)))
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo
 echo "walrelay vs pg_recvlogical: $ROWS rows, $TX-row transactions, ~$PAYLOAD-byte payloads, PostgreSQL $PGVERSION"
 echo "machine: $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), load average before $LOAD_BEFORE, after $LOAD_AFTER"
-printf '%-22s %10s %9s %11s %14s %10s\n' client rows/s wall_s client_cpu_s walsender_cpu_s peak_rss_MB
+printf '%-22s %10s %9s %11s %14s %10s %12s\n' client rows/s wall_s client_cpu_s walsender_cpu_s peak_rss_MB devbroker_cpu_s
 for t in unix tcp; do
   for c in pg_recvlogical walrelay; do
     k="$c/$t"
-    printf '%-22s %10s %9s %11s %14s %10s\n' "$k" "${RATE[$k]}" "${WALL[$k]}" "${CPU[$k]}" "${WSCPU[$k]}" "${RSS[$k]}"
+    printf '%-22s %10s %9s %11s %14s %10s %12s\n' "$k" "${RATE[$k]}" "${WALL[$k]}" "${CPU[$k]}" "${WSCPU[$k]}" "${RSS[$k]}" "${BROKERCPU[$k]:--}"
   done
 done
 for t in unix tcp; do
@@ -252,4 +256,5 @@ done
 if [[ $REPLAY == 1 ]]; then
   echo "replay null sink:  $REPLAY_NULL"
   echo "replay dev broker: $REPLAY_KAFKA"
+  echo "replay dev broker: walrelay-devbroker used $REPLAY_BROKER_CPU CPU seconds"
 fi

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <iostream>
 #include <set>
-#include <unordered_map>
 
 #include "src/cli/record.h"
 #include "src/kafka/mock_cluster.h"
@@ -101,12 +100,11 @@ class TimedSink : public relay::RecordSink {
       : inner_(inner), source_(source), ack_latency_(ack_latency) {
     inner_.SetDeliveryHandler(
         [this](uint64_t cookie, const Status& st, size_t bytes, const kafka::DeliveredRecord* rec) {
-          if (ack_latency_) {
-            auto it = produced_.find(cookie);
-            if (it != produced_.end()) {
-              if (st.ok()) hist_.Record(NowNs() - it->second);
-              produced_.erase(it);
-            }
+          // librdkafka's own produce() -> delivery report time
+          // (rd_kafka_message_latency): no per-event bookkeeping here.
+          if (ack_latency_ && st.ok() && rec != nullptr) {
+            const int64_t us = rec->latency_us();
+            if (us >= 0) hist_.Record(us * 1000);
           }
           if (handler_) handler_(cookie, st, bytes, rec);
         });
@@ -114,15 +112,8 @@ class TimedSink : public relay::RecordSink {
   void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
                  std::span<const kafka::Header> headers, uint64_t cookie) override {
-    const int64_t now = NowNs();
-    if (ack_latency_) {
-      produced_.emplace(cookie, now);
-    } else {
-      hist_.Record(now - source_.last_read_ns());
-    }
-    Status st = inner_.Produce(topic, key, value, headers, cookie);
-    if (!st.ok() && ack_latency_) produced_.erase(cookie);
-    return st;
+    if (!ack_latency_) hist_.Record(NowNs() - source_.last_read_ns());
+    return inner_.Produce(topic, key, value, headers, cookie);
   }
   int Poll(milliseconds timeout) override { return inner_.Poll(timeout); }
   Status Flush(milliseconds timeout) override { return inner_.Flush(timeout); }
@@ -134,7 +125,6 @@ class TimedSink : public relay::RecordSink {
   const TimedSource& source_;
   bool ack_latency_;
   DeliveryHandler handler_;
-  std::unordered_map<uint64_t, int64_t> produced_;
   LatencyHistogram hist_;
 };
 
