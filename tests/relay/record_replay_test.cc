@@ -189,6 +189,7 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
   ASSERT_TRUE(c.Exec(OutboxTableDdl("public.outbox")).ok());
   ASSERT_TRUE(c.Exec("CREATE PUBLICATION walrelay_outbox FOR TABLE outbox").ok());
   ASSERT_TRUE(c.Exec("SELECT pg_create_logical_replication_slot('rec', 'pgoutput')").ok());
+  ASSERT_TRUE(c.Exec("SELECT pg_create_logical_replication_slot('recj', 'wal2json')").ok());
   // 10 transactions of 50 rows, one update (not an event) and a foreign logical message.
   for (int t = 0; t < 10; ++t) {
     ASSERT_TRUE(c.Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
@@ -230,6 +231,23 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
   EXPECT_NE(out.find("\"transactions\":12,"), std::string::npos) << out;
   EXPECT_NE(out.find("\"cpu_us_per_event\":"), std::string::npos) << out;
   EXPECT_NE(out.find("\"peak_rss_bytes\":"), std::string::npos) << out;
+
+  // The same stream from a wal2json slot replays to the same events.
+  auto recj = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", c.conninfo(), "-o", file,
+                                 "--slot", "recj", "--plugin", "wal2json", "--until-lsn", *end},
+                                rec_log);
+  ASSERT_TRUE(recj.ok()) << recj.status().ToString();
+  ASSERT_EQ(recj->Wait(60s), 0) << recj->LogTail();
+  const std::string replay_json_log = TempPath("replayj.log");
+  auto repj = Subprocess::Start({WALRELAY_BINARY, "replay", file, "--sink", "null", "--json"},
+                                replay_json_log);
+  ASSERT_TRUE(repj.ok()) << repj.status().ToString();
+  ASSERT_EQ(repj->Wait(60s), 0) << repj->LogTail();
+  const std::string outj = ReadAll(replay_json_log);
+  EXPECT_NE(outj.find("\"plugin\":\"wal2json\""), std::string::npos) << outj;
+  EXPECT_NE(outj.find("\"events\":500,"), std::string::npos) << outj;
+  EXPECT_NE(outj.find("\"dead_letters\":0,"), std::string::npos) << outj;
+  ::unlink(replay_json_log.c_str());
 
   // --advance confirms what was written.
   ASSERT_TRUE(c.Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
