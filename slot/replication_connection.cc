@@ -199,7 +199,8 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   if (!conn_ || !streaming_) {
     return FailedPreconditionError("Read: the connection is not streaming (call StartLogical)");
   }
-  const std::string context = "replication stream of slot " + slot_;
+  // Built only on the error paths: Read() runs once per message.
+  auto context = [this] { return "replication stream of slot " + slot_; };
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     char* buf = nullptr;
@@ -207,7 +208,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     if (n > 0) {
       copy_buf_ = buf;
       auto msg = ParseServerMessage(std::string_view(buf, static_cast<size_t>(n)));
-      if (!msg.ok()) return msg.status().WithContext(context);
+      if (!msg.ok()) return msg.status().WithContext(context());
       Frame f;
       if (auto* x = std::get_if<XLogData>(&*msg)) {
         f.kind = Frame::Kind::kXLogData;
@@ -227,7 +228,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
         const ExecStatusType es = PQresultStatus(r.get());
         if (st.ok() && es != PGRES_COMMAND_OK && es != PGRES_TUPLES_OK && es != PGRES_COPY_OUT &&
             es != PGRES_COPY_BOTH) {
-          st = StatusFromResult(conn_.get(), r.get(), context);
+          st = StatusFromResult(conn_.get(), r.get(), context());
         }
       }
       if (!st.ok()) return st;
@@ -237,13 +238,13 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     }
     if (n == -2) {
       streaming_ = false;
-      return UnavailableError(context + ": " + PQerrorMessage(conn_.get()) +
+      return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
                               "; reconnect and resume from the slot");
     }
     // n == 0: nothing complete buffered. Flush pending output, then wait on the socket.
     const int flush = PQflush(conn_.get());
     if (flush < 0) {
-      return UnavailableError(context + ": sending failed: " + PQerrorMessage(conn_.get()));
+      return UnavailableError(context() + ": sending failed: " + PQerrorMessage(conn_.get()));
     }
     const auto now = Clock::now();
     if (now >= deadline) return Frame{};
@@ -253,14 +254,15 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     pfd.events = static_cast<short>(POLLIN | (flush == 1 ? POLLOUT : 0));
     const int pr = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(wait_ms, 1 << 30)));
     if (pr < 0) {
-      if (errno == EINTR) continue;
-      return UnavailableError(context + ": poll: " + std::strerror(errno));
+      const int e = errno;
+      if (e == EINTR) continue;
+      return UnavailableError(context() + ": poll: " + std::strerror(e));
     }
     if (pr == 0) return Frame{};
     if (pfd.revents & (POLLIN | POLLERR | POLLHUP)) {
       if (PQconsumeInput(conn_.get()) == 0) {
         streaming_ = false;
-        return UnavailableError(context + ": " + PQerrorMessage(conn_.get()) +
+        return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
                                 "; reconnect and resume from the slot");
       }
     }
