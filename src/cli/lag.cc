@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/json.h"
 #include "slot/slot_admin.h"
 #include "src/metrics/registry.h"
 #include "src/relay/metric_names.h"
@@ -147,37 +148,7 @@ std::string RenderTable(const Snapshot& s) {
 
 // ---------------------------------------------------------------------------- JSON
 
-std::string JsonString(std::string_view v) {
-  std::string out = "\"";
-  for (unsigned char c : v) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string JsonString(std::string_view v) { return JsonQuote(v); }
 
 template <typename T>
 std::string JsonOpt(const std::optional<T>& v) {

@@ -19,16 +19,6 @@ std::string Literal(std::string_view s) {
   return q + "'";
 }
 
-std::string Conninfo(const relay::RelayConfig& c) {
-  if (c.source_password.empty()) return c.source_dsn;
-  std::string out = c.source_dsn + " password='";
-  for (char ch : c.source_password) {
-    if (ch == '\'' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "'";
-}
-
 }  // namespace
 
 std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables) {
@@ -70,7 +60,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     for (const auto& s : statements) std::cout << s << ";\n\n";
     return Status::Ok();
   }
-  const std::string conninfo = Conninfo(config);
+  const std::string conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());
   if (settings.wal_level != "logical") {

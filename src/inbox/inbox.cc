@@ -30,6 +30,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/json.h"
 #include "src/inbox/pg.h"
 #include "src/kafka/producer.h"
 
@@ -228,7 +229,7 @@ bool IsPermanent(StatusCode code) {
          code == StatusCode::kDataLoss;
 }
 
-// JSON string literal; bytes that are not valid UTF-8 are replaced by \ufffd, so that a
+// JSON string literal; bytes that are not valid UTF-8 are replaced by '?', so that a
 // binary header still lands in the jsonb column (the raw record is in the DLQ topic).
 void AppendJsonString(std::string& out, std::string_view s) {
   std::string clean;
@@ -236,36 +237,7 @@ void AppendJsonString(std::string& out, std::string_view s) {
     for (unsigned char c : s) clean += c < 0x80 ? static_cast<char>(c) : '?';
     s = clean;
   }
-  out += '"';
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
+  AppendJsonQuoted(&out, s);
 }
 
 // Poison detection: the event id, from the header or the JSON envelope. kDataLoss = the

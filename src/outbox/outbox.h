@@ -56,6 +56,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "src/relay/config.h"
 
@@ -114,10 +115,9 @@ class UuidV7Generator {
 };
 
 // ---------------------------------------------------------------------------------------
-// JSON string literal of `s` ("..." with \" \\ \b \f \n \r \t and \u00XX for the other
-// control characters). Bytes >= 0x80 are copied as they are (UTF-8 stays UTF-8;
-// PostgreSQL rejects invalid UTF-8 in a UTF8 database).
-std::string JsonQuote(std::string_view s);
+// JSON string literal of `s` (base/json.h; PostgreSQL rejects invalid UTF-8 in a UTF8
+// database).
+using ::walrelay::JsonQuote;
 
 // The event. Text fields must not contain NUL bytes (kInvalidArgument).
 struct OutboxEvent {

@@ -4,6 +4,19 @@
 
 namespace walrelay::relay {
 
+std::string RelayConfig::SourceConninfo() const {
+  std::string conninfo = source_dsn;
+  if (!source_password.empty()) {
+    conninfo += " password='";
+    for (char ch : source_password) {
+      if (ch == '\'' || ch == '\\') conninfo += '\\';
+      conninfo += ch;
+    }
+    conninfo += "'";
+  }
+  return conninfo;
+}
+
 Status RelayConfig::Validate() const {
   if (source_dsn.empty()) {
     return InvalidArgumentError(

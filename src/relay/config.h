@@ -90,6 +90,10 @@ struct RelayConfig {
   std::string log_level = "info";
 
   Status Validate() const;
+
+  // source_dsn with source_password appended (keyword/value form), for libpq. Never log
+  // it (see cli::RedactConninfo).
+  std::string SourceConninfo() const;
 };
 
 }  // namespace walrelay::relay

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/json.h"
+
 namespace walrelay::relay {
 namespace {
 
@@ -195,26 +197,12 @@ std::string OutboxMapper::RowAsJson(const pgoutput::Insert& insert) const {
   size_t i = 0;
   for (const pgoutput::ColumnValue& col : insert.new_tuple) {
     if (i) out += ",";
-    out += "\"";
-    out += (it != relations_.end() && i < it->second.column_names.size())
-               ? it->second.column_names[i]
-               : "column" + std::to_string(i + 1);
-    out += "\":";
+    AppendJsonQuoted(&out, (it != relations_.end() && i < it->second.column_names.size())
+                               ? it->second.column_names[i]
+                               : "column" + std::to_string(i + 1));
+    out += ":";
     if (col.kind == pgoutput::ColumnKind::kText) {
-      out += "\"";
-      for (char ch : col.data) {
-        if (ch == '"' || ch == '\\') {
-          out += '\\';
-          out += ch;
-        } else if (static_cast<unsigned char>(ch) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-          out += buf;
-        } else {
-          out += ch;
-        }
-      }
-      out += "\"";
+      AppendJsonQuoted(&out, col.data);
     } else {
       out += col.kind == pgoutput::ColumnKind::kNull ? "null" : "\"(not text)\"";
     }

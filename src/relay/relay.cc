@@ -55,19 +55,6 @@ bool Retryable(const Status& st) {
   }
 }
 
-std::string ConninfoWithPassword(const RelayConfig& config) {
-  std::string conninfo = config.source_dsn;
-  if (!config.source_password.empty()) {
-    conninfo += " password='";
-    for (char ch : config.source_password) {
-      if (ch == '\'' || ch == '\\') conninfo += '\\';
-      conninfo += ch;
-    }
-    conninfo += "'";
-  }
-  return conninfo;
-}
-
 }  // namespace
 
 // One streaming session: connections, producer and pipeline live and die together.
@@ -110,7 +97,7 @@ class Relay::Session {
 };
 
 Status Relay::Session::Start() {
-  const std::string conninfo = ConninfoWithPassword(config_);
+  const std::string conninfo = config_.SourceConninfo();
   // Server checks and objects, over a normal connection.
   WALRELAY_ASSIGN_OR_RETURN(admin_, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin_->GetServerSettings());
@@ -311,7 +298,7 @@ Status Relay::StartObservability() {
   WALRELAY_ASSIGN_OR_RETURN(Threshold warn, Threshold::Parse(config_.guard_warn));
   WALRELAY_ASSIGN_OR_RETURN(Threshold critical, Threshold::Parse(config_.guard_critical));
   SlotGuardOptions gopts;
-  gopts.conninfo = ConninfoWithPassword(config_);
+  gopts.conninfo = config_.SourceConninfo();
   gopts.slot = config_.slot;
   gopts.warn = warn;
   gopts.critical = critical;

@@ -42,20 +42,6 @@ bool ParseNumber(std::string_view text, double* out) {
 
 std::string Opt(const std::optional<uint64_t>& b) { return b ? FormatBytes(*b) : "n/a"; }
 
-// The conninfo with the configured password appended (keyword/value form).
-std::string SourceConninfo(const RelayConfig& config) {
-  std::string conninfo = config.source_dsn;
-  if (!config.source_password.empty()) {
-    conninfo += " password='";
-    for (char ch : config.source_password) {
-      if (ch == '\'' || ch == '\\') conninfo += '\\';
-      conninfo += ch;
-    }
-    conninfo += "'";
-  }
-  return conninfo;
-}
-
 std::string SqlLiteral(std::string_view s) {
   std::string out = "'";
   for (char c : s) {
@@ -433,7 +419,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
     spdlog::warn("startup check: {}", w);
     report.warnings.push_back(std::move(w));
   };
-  const std::string conninfo = SourceConninfo(config);
+  const std::string conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
 
   // 1. wal_level
