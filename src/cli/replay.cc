@@ -201,6 +201,7 @@ ReplayCommand::ReplayCommand(CLI::App* parent) {
     values_.emplace_back();
     CLI::Option* opt = app_->add_option(spec.Flag(), values_.back(), spec.help);
     if (spec.kind == OptionKind::kList) opt->delimiter(',');
+    if (spec.kind == OptionKind::kBool) opt->expected(0, 1);  // `--kafka-embedded` alone = true
     opt->multi_option_policy(spec.kind == OptionKind::kList || spec.kind == OptionKind::kMap
                                  ? CLI::MultiOptionPolicy::TakeAll
                                  : CLI::MultiOptionPolicy::TakeLast);
@@ -220,9 +221,14 @@ int ReplayCommand::Run() const {
   config.shutdown_timeout = milliseconds(120000);
   bool log_level_given = false;
   for (size_t i = 0; i < specs_.size(); ++i) {
-    if (options_[i]->count() == 0 || values_[i].empty()) continue;
+    if (options_[i]->count() == 0) continue;
+    std::vector<std::string> values = values_[i];
+    if (specs_[i]->kind == OptionKind::kBool && (values.empty() || values.back().empty())) {
+      values = {"true"};
+    }
+    if (values.empty()) continue;
     if (specs_[i]->key == "ops.log_level") log_level_given = true;
-    if (Status st = specs_[i]->apply(config, values_[i]); !st.ok()) return fail(st.message(), 2);
+    if (Status st = specs_[i]->apply(config, values); !st.ok()) return fail(st.message(), 2);
   }
   const bool kafka_sink = sink_ == "kafka";
   if (kafka_sink && config.bootstrap_servers.empty() && !config.embedded_kafka) {
