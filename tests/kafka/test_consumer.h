@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,14 @@ struct ConsumedRecord {
   std::string key;
   std::string value;
   std::vector<std::pair<std::string, std::string>> headers;
+
+  // The first header named `name`, or "" when absent.
+  std::string Header(std::string_view name) const {
+    for (const auto& [k, v] : headers) {
+      if (k == name) return v;
+    }
+    return "";
+  }
 };
 
 // Reads `topic` from the beginning of each of its `partitions` partitions until `count`

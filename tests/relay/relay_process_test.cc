@@ -29,13 +29,6 @@ using testing::Subprocess;
 constexpr int kPartitions = 24;
 constexpr int kInFlightCap = 2000;
 
-std::string HeaderOf(const ConsumedRecord& r, std::string_view name) {
-  for (const auto& [k, v] : r.headers) {
-    if (k == name) return v;
-  }
-  return "";
-}
-
 class RelayProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -102,7 +95,7 @@ class RelayProcessTest : public ::testing::Test {
     return kafka::testing::ConsumeUntil(
         kafka_->bootstraps(), "outbox.payment", kPartitions,
         [&](const std::vector<ConsumedRecord>& got) {
-          for (; scanned < got.size(); ++scanned) seen.insert(HeaderOf(got[scanned], "event_id"));
+          for (; scanned < got.size(); ++scanned) seen.insert(got[scanned].Header("event_id"));
           return seen.size() >= expected;
         },
         timeout);
@@ -133,7 +126,7 @@ class RelayProcessTest : public ::testing::Test {
     std::map<std::string, int> last_seq;
     size_t duplicates = 0;
     for (const auto& r : records) {
-      if (!ids.insert(HeaderOf(r, "event_id")).second) {
+      if (!ids.insert(r.Header("event_id")).second) {
         ++duplicates;
         continue;
       }
@@ -197,7 +190,7 @@ TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactio
       [](const std::vector<ConsumedRecord>&) { return false; }, 3s);
   std::map<Lsn, std::set<std::string>> by_tx;
   for (const auto& r : delivered) {
-    by_tx[*Lsn::Parse(HeaderOf(r, "walrelay.lsn"))].insert(HeaderOf(r, "event_id"));
+    by_tx[*Lsn::Parse(r.Header("walrelay.lsn"))].insert(r.Header("event_id"));
   }
   ASSERT_FALSE(by_tx.empty()) << "nothing was delivered before SIGTERM";
   size_t confirmed_txs = 0;

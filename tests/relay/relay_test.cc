@@ -24,13 +24,6 @@ using namespace std::chrono_literals;
 using kafka::testing::ConsumeAll;
 using kafka::testing::ConsumedRecord;
 
-std::string HeaderOf(const ConsumedRecord& r, std::string_view name) {
-  for (const auto& [k, v] : r.headers) {
-    if (k == name) return v;
-  }
-  return "";
-}
-
 class RelayTest : public ::testing::Test {
  protected:
   // The mock cluster keeps at most 5 MB per partition: enough partitions keep every record.
@@ -96,7 +89,7 @@ class RelayTest : public ::testing::Test {
     kafka::testing::ConsumeUntil(
         kafka_->bootstraps(), "outbox.payment", kPartitions,
         [&](const std::vector<ConsumedRecord>& got) {
-          for (; scanned < got.size(); ++scanned) ids.insert(HeaderOf(got[scanned], "event_id"));
+          for (; scanned < got.size(); ++scanned) ids.insert(got[scanned].Header("event_id"));
           return ids.size() >= expected;
         },
         timeout);
@@ -202,9 +195,9 @@ TEST_F(RelayTest, ConcurrentWritersEveryCommittedEventOnceOrMoreInOrder) {
   std::map<std::string, int> partition_of;
   for (const auto& r : records) {
     ASSERT_NE(r.key, "ghost") << "a rolled-back event was published";
-    const std::string id = HeaderOf(r, "event_id");
+    const std::string id = r.Header("event_id");
     ASSERT_FALSE(id.empty());
-    ASSERT_EQ(HeaderOf(r, "event_type"), "PaymentCaptured");
+    ASSERT_EQ(r.Header("event_type"), "PaymentCaptured");
     auto [it, fresh] = partition_of.emplace(r.key, r.partition);
     EXPECT_EQ(it->second, r.partition) << "aggregate " << r.key << " on two partitions";
     if (!ids.insert(id).second) continue;  // duplicate: allowed, skipped
@@ -283,19 +276,19 @@ TEST_F(RelayTest, TopicColumnHeadersTableLessMessagesAndSeveralTables) {
   std::map<std::string, ConsumedRecord> by_key;
   for (auto& r : payments) by_key[r.key] = r;
   EXPECT_EQ(by_key["p1"].value, "{\"amount\": 5}");  // payload as PostgreSQL sent it
-  EXPECT_EQ(HeaderOf(by_key["p1"], "trace_id"), "abc");
-  EXPECT_EQ(HeaderOf(by_key["p1"], "attempt"), "2");
-  EXPECT_EQ(HeaderOf(by_key["p1"], "walrelay.source"), "public.outbox");
-  EXPECT_EQ(HeaderOf(by_key["p1"], "walrelay.ordinal"), "0");
-  EXPECT_EQ(HeaderOf(by_key["p2"], "event_id"), "e-msg-1");
-  EXPECT_EQ(HeaderOf(by_key["p2"], "event_type"), "PaymentRefunded");
-  EXPECT_EQ(HeaderOf(by_key["p2"], "source"), "msg");
+  EXPECT_EQ(by_key["p1"].Header("trace_id"), "abc");
+  EXPECT_EQ(by_key["p1"].Header("attempt"), "2");
+  EXPECT_EQ(by_key["p1"].Header("walrelay.source"), "public.outbox");
+  EXPECT_EQ(by_key["p1"].Header("walrelay.ordinal"), "0");
+  EXPECT_EQ(by_key["p2"].Header("event_id"), "e-msg-1");
+  EXPECT_EQ(by_key["p2"].Header("event_type"), "PaymentRefunded");
+  EXPECT_EQ(by_key["p2"].Header("source"), "msg");
   EXPECT_EQ(by_key["p2"].value, "{\"amount\":3}");
-  EXPECT_EQ(HeaderOf(by_key["p1"], "walrelay.lsn"), HeaderOf(by_key["p2"], "walrelay.lsn"));
+  EXPECT_EQ(by_key["p1"].Header("walrelay.lsn"), by_key["p2"].Header("walrelay.lsn"));
   auto invoices = ConsumeAll(kafka_->bootstraps(), "invoices", 2, 1, 20s);
   ASSERT_EQ(invoices.size(), 1u);
   EXPECT_EQ(invoices[0].key, "i1");
-  EXPECT_EQ(HeaderOf(invoices[0], "walrelay.source"), "billing.outbox");
+  EXPECT_EQ(invoices[0].Header("walrelay.source"), "billing.outbox");
   auto dead = pg_->Query("SELECT event_id, reason FROM walrelay_dead_letter");
   ASSERT_TRUE(dead.ok());
   ASSERT_EQ(dead->size(), 1u);
@@ -353,7 +346,7 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s));
   auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, 501, 30s);
   std::set<std::string> ids;
-  for (const auto& r : records) ids.insert(HeaderOf(r, "event_id"));
+  for (const auto& r : records) ids.insert(r.Header("event_id"));
   EXPECT_EQ(ids.size(), 501u);
 }
 

@@ -21,13 +21,6 @@ using kafka::testing::ConsumedRecord;
 
 constexpr int kPartitions = 4;
 
-std::string HeaderOf(const ConsumedRecord& r, std::string_view name) {
-  for (const auto& [k, v] : r.headers) {
-    if (k == name) return v;
-  }
-  return "";
-}
-
 TEST(Wal2JsonRelayTest, SameEventsAsPgoutput) {
   auto pg = testing::TestCluster::Start();
   ASSERT_TRUE(pg.ok()) << pg.status().ToString();
@@ -126,7 +119,7 @@ TEST(Wal2JsonRelayTest, SameEventsAsPgoutput) {
   // Same events: by event_id, the same key, value, partition and headers (minus none).
   auto index = [](const std::vector<ConsumedRecord>& rs) {
     std::map<std::string, const ConsumedRecord*> m;
-    for (const auto& r : rs) m[HeaderOf(r, "event_id")] = &r;
+    for (const auto& r : rs) m[r.Header("event_id")] = &r;
     return m;
   };
   auto ia = index(a), ib = index(b);
@@ -142,13 +135,13 @@ TEST(Wal2JsonRelayTest, SameEventsAsPgoutput) {
     for (const char* h :
          {"event_type", "aggregate_type", "trace", "walrelay.source", "walrelay.lsn",
           "walrelay.xid", "walrelay.ordinal", "walrelay.commit_time"}) {
-      EXPECT_EQ(HeaderOf(*ra, h), HeaderOf(rb, h)) << id << " header " << h;
+      EXPECT_EQ(ra->Header(h), rb.Header(h)) << id << " header " << h;
     }
   }
   // Per aggregate, the same order.
   auto order = [](const std::vector<ConsumedRecord>& rs) {
     std::map<std::string, std::vector<std::string>> m;
-    for (const auto& r : rs) m[r.key].push_back(HeaderOf(r, "event_id"));
+    for (const auto& r : rs) m[r.key].push_back(r.Header("event_id"));
     return m;
   };
   EXPECT_EQ(order(a), order(b));
