@@ -346,15 +346,14 @@ void BM_ProduceToMockCluster(benchmark::State& state) {
     for (int i = 0; i < kBatch; ++i) {
       const size_t k = static_cast<size_t>(i) & 1023;
       std::vector<kafka::Header> headers;
+      std::string position;  // outlives Produce(): headers hold views
       if (with_headers) {
+        position = "lsn=0/230D4D70;ordinal=" + std::to_string(i) +
+                   ";xid=123456;commit_time_us=1764680000000000;source=public.outbox";
         headers = {{"event_id", ids[k]},
                    {"event_type", "OrderPaid"},
                    {"aggregate_type", "order"},
-                   {"walrelay.source", "public.outbox"},
-                   {"walrelay.lsn", "0/230D4D70"},
-                   {"walrelay.xid", "123456"},
-                   {"walrelay.commit_time", "1764680000000000"},
-                   {"walrelay.ordinal", std::to_string(i)}};
+                   {"walrelay.position", position}};
         headers.push_back({"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-01"});
       }
       Status st = (*producer)->Produce("outbox.order", keys[k], values[k], headers, produced++);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "slot/wire.h"
+#include "src/relay/position.h"
 
 namespace walrelay::relay {
 
@@ -97,12 +98,13 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
     // from the record's own headers, then it counts as handled.
     const std::string reason = "Kafka refused the record: " + status.message();
     DeadLetter l;
-    l.source = record.Header("walrelay.source");
-    l.commit_lsn = Lsn::Parse(record.Header("walrelay.lsn")).value_or(Lsn());
-    l.ordinal = static_cast<uint32_t>(
-        std::strtoul(std::string(record.Header("walrelay.ordinal")).c_str(), nullptr, 10));
-    l.xid = static_cast<uint32_t>(
-        std::strtoul(std::string(record.Header("walrelay.xid")).c_str(), nullptr, 10));
+    const auto position = ParsePosition(record.Header(kPositionHeader));
+    if (position) {
+      l.source = position->source;
+      l.commit_lsn = position->lsn;
+      l.ordinal = position->ordinal;
+      l.xid = position->xid;
+    }
     l.event_id = record.Header("event_id");
     l.aggregate_id = record.key();
     l.event_type = record.Header("event_type");
@@ -197,12 +199,14 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   headers_.push_back({"event_type", event_.event_type});
   if (!event_.aggregate_type.empty()) headers_.push_back({"aggregate_type", event_.aggregate_type});
   for (const auto& [name, value] : event_.extra_headers) headers_.push_back({name, value});
-  headers_.push_back({"walrelay.source", source});
-  headers_.push_back({"walrelay.lsn", lsn_text_});
-  headers_.push_back({"walrelay.xid", xid_text_});
-  headers_.push_back({"walrelay.commit_time", time_text_});
-  ordinal_text_ = std::to_string(tx_ordinal_);
-  headers_.push_back({"walrelay.ordinal", ordinal_text_});
+  SourcePosition position;
+  position.lsn = tx_commit_lsn_;
+  position.ordinal = tx_ordinal_;
+  position.xid = tx_xid_;
+  position.commit_time_us = tx_commit_time_us_;
+  position.source = source;
+  FormatPosition(position, &position_text_);
+  headers_.push_back({kPositionHeader, position_text_});
   const uint64_t token = tracker_.AddEvent(tx_);
   Status st = sink_.Produce(event_.topic, event_.key, event_.value, headers_, token);
   if (st.code() == StatusCode::kInvalidArgument) {
@@ -228,10 +232,8 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       tx_ = tracker_.BeginTransaction();
       tx_commit_lsn_ = begin.final_lsn;
       tx_ordinal_ = 0;
-      lsn_text_ = begin.final_lsn.ToString();
-      xid_text_ = std::to_string(begin.xid);
+      tx_xid_ = begin.xid;
       tx_commit_time_us_ = slot::PgTimeToUnixMicros(begin.commit_time);
-      time_text_ = std::to_string(tx_commit_time_us_);
       return Status::Ok();
     }
     case TransactionAssembler::Boundary::kCommit:

@@ -174,10 +174,11 @@ class Pipeline {
   std::vector<pgoutput::Message> wal2json_messages_;
   OutboxEvent event_;
   std::vector<kafka::Header> headers_;
-  std::string lsn_text_, xid_text_, time_text_, ordinal_text_;
+  std::string position_text_;  // the walrelay.position header of the current event
 
   AckTracker::Tx tx_ = 0;
   Lsn tx_commit_lsn_;
+  uint32_t tx_xid_ = 0;
   uint32_t tx_ordinal_ = 0;
   uint64_t in_flight_bytes_ = 0;
   Status delivery_failure_;  // first failed delivery report: ends the session

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "src/relay/outbox_mapper.h"
+#include "src/relay/position.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
@@ -76,7 +77,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
   OutboxMapper mapper(config);
   OutboxEvent event;
   std::vector<kafka::Header> headers;
-  const std::string lsn_text = consistent_point.ToString();
+  std::string position_text;
   uint32_t ordinal = 0;
   const auto& c = config.columns;
   const int64_t since_unix =
@@ -116,7 +117,6 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         if (row.id) std::from_chars(row.id->data(), row.id->data() + row.id->size(), id);
         result.max_id[table] = std::max(result.max_id[table], id);
         Status mapped = mapper.MapRow(table, row, &event);
-        const std::string ordinal_text = std::to_string(ordinal);
         if (!mapped.ok()) {
           DeadLetter l;
           l.source = table;
@@ -139,10 +139,13 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         if (!event.aggregate_type.empty())
           headers.push_back({"aggregate_type", event.aggregate_type});
         for (const auto& [name, value] : event.extra_headers) headers.push_back({name, value});
-        headers.push_back({"walrelay.source", table});
-        headers.push_back({"walrelay.lsn", lsn_text});
-        headers.push_back({"walrelay.ordinal", ordinal_text});
-        headers.push_back({"walrelay.recovered", "true"});
+        SourcePosition position;
+        position.lsn = consistent_point;
+        position.ordinal = ordinal;
+        position.recovered = true;
+        position.source = table;
+        FormatPosition(position, &position_text);
+        headers.push_back({kPositionHeader, position_text});
         ++ordinal;
         while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
           sink.Poll(std::chrono::milliseconds(10));

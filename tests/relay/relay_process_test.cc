@@ -12,6 +12,7 @@
 
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
+#include "src/relay/position.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
@@ -190,7 +191,7 @@ TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactio
       [](const std::vector<ConsumedRecord>&) { return false; }, 3s);
   std::map<Lsn, std::set<std::string>> by_tx;
   for (const auto& r : delivered) {
-    by_tx[*Lsn::Parse(r.Header("walrelay.lsn"))].insert(r.Header("event_id"));
+    by_tx[ParsePosition(r.Header(kPositionHeader))->lsn].insert(r.Header("event_id"));
   }
   ASSERT_FALSE(by_tx.empty()) << "nothing was delivered before SIGTERM";
   size_t confirmed_txs = 0;

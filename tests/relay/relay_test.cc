@@ -13,6 +13,7 @@
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
 #include "src/metrics/registry.h"
+#include "src/relay/position.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
@@ -278,17 +279,24 @@ TEST_F(RelayTest, TopicColumnHeadersTableLessMessagesAndSeveralTables) {
   EXPECT_EQ(by_key["p1"].value, "{\"amount\": 5}");  // payload as PostgreSQL sent it
   EXPECT_EQ(by_key["p1"].Header("trace_id"), "abc");
   EXPECT_EQ(by_key["p1"].Header("attempt"), "2");
-  EXPECT_EQ(by_key["p1"].Header("walrelay.source"), "public.outbox");
-  EXPECT_EQ(by_key["p1"].Header("walrelay.ordinal"), "0");
+  auto p1 = ParsePosition(by_key["p1"].Header(kPositionHeader));
+  auto p2 = ParsePosition(by_key["p2"].Header(kPositionHeader));
+  ASSERT_TRUE(p1 && p2) << by_key["p1"].Header(kPositionHeader);
+  EXPECT_EQ(p1->source, "public.outbox");
+  EXPECT_EQ(p1->ordinal, 0u);
+  EXPECT_EQ(p2->source, "message:walrelay.outbox");
+  EXPECT_EQ(p2->ordinal, 2u);
+  EXPECT_GT(p1->xid, 0u);
+  EXPECT_GT(p1->commit_time_us, 1700000000000000);
   EXPECT_EQ(by_key["p2"].Header("event_id"), "e-msg-1");
   EXPECT_EQ(by_key["p2"].Header("event_type"), "PaymentRefunded");
   EXPECT_EQ(by_key["p2"].Header("source"), "msg");
   EXPECT_EQ(by_key["p2"].value, "{\"amount\":3}");
-  EXPECT_EQ(by_key["p1"].Header("walrelay.lsn"), by_key["p2"].Header("walrelay.lsn"));
+  EXPECT_EQ(p1->lsn, p2->lsn);  // one transaction
   auto invoices = ConsumeAll(kafka_->bootstraps(), "invoices", 2, 1, 20s);
   ASSERT_EQ(invoices.size(), 1u);
   EXPECT_EQ(invoices[0].key, "i1");
-  EXPECT_EQ(invoices[0].Header("walrelay.source"), "billing.outbox");
+  EXPECT_EQ(ParsePosition(invoices[0].Header(kPositionHeader))->source, "billing.outbox");
   auto dead = pg_->Query("SELECT event_id, reason FROM walrelay_dead_letter");
   ASSERT_TRUE(dead.ok());
   ASSERT_EQ(dead->size(), 1u);
