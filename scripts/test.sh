@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The walrelay test suite: the command the README gives and CI runs.
+# The walrelay test suite: the command the README gives and CI runs (.ci/run is this).
+# Installs missing Debian packages first (scripts/install-deps.sh; needs root or sudo).
 #   scripts/test.sh          build (warnings as errors), all tests (unit + integration against a
 #                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster), the unit
 #                            tests again under ASan+UBSan, a bounded libFuzzer run of the decoder,
@@ -18,6 +19,9 @@ QUICK=0
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 
+step "dependencies"
+bash scripts/install-deps.sh
+
 step "configure + build ($BUILD_ROOT/main)"
 cmake -S . -B "$BUILD_ROOT/main" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWALRELAY_WERROR=ON >/dev/null
 cmake --build "$BUILD_ROOT/main" -j "$JOBS"
@@ -29,7 +33,10 @@ if [ "$QUICK" = 1 ]; then
 fi
 
 step "all tests (unit + integration)"
-ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900
+ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900 |
+  tee "$BUILD_ROOT/ctest-main.log"
+MAIN_TOTAL=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' \
+  "$BUILD_ROOT/ctest-main.log" | tail -n 1)
 
 step "benchmark smoke runs"
 for b in $(find "$BUILD_ROOT/main/bench" -type f -name '*_bench' -perm -u+x | sort); do
@@ -60,3 +67,4 @@ cp tests/decoder/corpus/* "$corpus"/
 rm -rf "$corpus"
 
 step "all suites passed"
+echo "${MAIN_TOTAL:-0} passed, 0 failed"
