@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # walrelay quickstart: the payments story end to end on this machine.
 #
-#   sudo bash scripts/quickstart.sh          (EVENTS=20000 by default)
+#   bash scripts/quickstart.sh          (as root or with sudo; EVENTS=20000 by default)
 #
 # It installs what is missing (Debian 12), builds, and starts:
 #   - a throwaway PostgreSQL 15 (wal_level=logical) holding the billing service's tables
