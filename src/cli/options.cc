@@ -406,7 +406,6 @@ RunOptionBinder::RunOptionBinder(CLI::App* app) {
     Bound& b = bound_.back();
     std::string help = spec.help;
     if (!spec.secret) help += " [default: " + spec.show(relay::RelayConfig{}) + "]";
-    help += " (env " + spec.EnvVar() + ")";
     CLI::Option* opt = app->add_option(spec.Flag(), b.values, help)->envname(spec.EnvVar());
     if (spec.kind == OptionKind::kList || spec.kind == OptionKind::kMap) {
       // Lists split on commas; map entries do not (a librdkafka value may hold commas).
@@ -414,7 +413,7 @@ RunOptionBinder::RunOptionBinder(CLI::App* app) {
       opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
       opt->type_name(spec.kind == OptionKind::kMap ? "NAME=VALUE" : "VALUE");
     } else {
-      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      opt->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       opt->type_name(spec.kind == OptionKind::kInt    ? "INT"
                      : spec.kind == OptionKind::kBool ? "BOOL"
                                                       : "TEXT");
