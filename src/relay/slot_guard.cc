@@ -422,8 +422,15 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   const std::string conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
 
-  // 1. wal_level
+  // 1. server version and wal_level
   WALRELAY_ASSIGN_OR_RETURN(report.settings, admin->GetServerSettings());
+  if (report.settings.server_version_num < kMinServerVersionNum) {
+    return FailedPreconditionError(
+        "PostgreSQL " + std::to_string(report.settings.server_version_num / 10000) +
+        " is too old: walrelay needs PostgreSQL 14 or newer (pgoutput's 'messages' option for "
+        "table-less events and heartbeats, wal_status/safe_wal_size for slot safety). Fix: "
+        "upgrade the server");
+  }
   if (report.settings.wal_level != "logical") {
     return FailedPreconditionError(
         "wal_level is '" + report.settings.wal_level +

@@ -180,6 +180,9 @@ class SlotGuard {
 
 // --- Startup checks ------------------------------------------------------------------
 
+// The oldest server walrelay runs against (server_version_num): PostgreSQL 14.
+inline constexpr int kMinServerVersionNum = 140000;
+
 struct StartupCheckOptions {
   // When true, a lost slot is an error (kFailedPrecondition); when false (the relay will
   // recover it), it is a warning and StartupReport::slot_lost is set.
