@@ -357,7 +357,7 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     if (!delivery_failure_.ok()) return delivery_failure_;
     RetireAcked();
     WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
-    stats_.in_flight_events.store(UnconfirmedEvents(), std::memory_order_relaxed);
+    stats_.in_flight_events.store(tracker_.InFlightEvents(), std::memory_order_relaxed);
     stats_.in_flight_bytes.store(in_flight_bytes_, std::memory_order_relaxed);
 
     if (Clock::now() >= next_status_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
