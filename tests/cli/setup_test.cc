@@ -1,0 +1,88 @@
+// `walrelay setup` against a throwaway PostgreSQL: idempotent, --dry-run changes nothing,
+// and `run` then streams from what setup made.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "tests/support/pg_cluster.h"
+
+namespace walrelay::cli {
+namespace {
+
+struct CommandResult {
+  int code = -1;
+  std::string output;
+};
+
+CommandResult RunWalrelay(const std::string& args) {
+  CommandResult r;
+  const std::string cmd = std::string(WALRELAY_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class SetupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pg = testing::TestCluster::Start();
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    pg_ = std::move(*pg);
+    dsn_ = "--source-dsn \"" + pg_->conninfo() + "\"";
+  }
+  std::string Scalar(const std::string& sql) {
+    auto v = pg_->QueryScalar(sql);
+    return v.ok() ? *v : "<" + v.status().ToString() + ">";
+  }
+  std::unique_ptr<testing::TestCluster> pg_;
+  std::string dsn_;
+};
+
+TEST_F(SetupTest, DryRunPrintsTheSqlAndChangesNothing) {
+  CommandResult r = RunWalrelay("setup --dry-run " + dsn_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("CREATE TABLE IF NOT EXISTS \"public\".\"outbox\""), std::string::npos);
+  EXPECT_NE(r.output.find("CREATE PUBLICATION \"walrelay_outbox\""), std::string::npos);
+  EXPECT_NE(r.output.find("pg_create_logical_replication_slot('walrelay', 'pgoutput')"),
+            std::string::npos);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  EXPECT_EQ(Scalar("SELECT to_regclass('public.outbox') IS NULL"), "t");
+}
+
+TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
+  for (int i = 0; i < 2; ++i) {
+    CommandResult r = RunWalrelay("setup " + dsn_ +
+                                  " --source-table public.outbox --source-table "
+                                  "billing.outbox");
+    ASSERT_EQ(r.code, 0) << "run " << i << ": " << r.output;
+  }
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walrelay' AND "
+                   "plugin = 'pgoutput'"),
+            "1");
+  EXPECT_EQ(Scalar("SELECT string_agg(schemaname || '.' || tablename, ',' ORDER BY schemaname, "
+                   "tablename) FROM "
+                   "pg_publication_tables WHERE pubname = 'walrelay_outbox'"),
+            "billing.outbox,public.outbox");
+  EXPECT_EQ(Scalar("SELECT to_regclass('walrelay_dead_letter') IS NOT NULL"), "t");
+  // The unbounded max_slot_wal_keep_size of a default cluster is called out.
+  CommandResult r = RunWalrelay("setup " + dsn_);
+  EXPECT_NE(r.output.find("max_slot_wal_keep_size = -1"), std::string::npos) << r.output;
+}
+
+TEST_F(SetupTest, WrongWalLevelIsExplained) {
+  ASSERT_TRUE(pg_->Exec("ALTER SYSTEM SET wal_level = replica").ok());
+  ASSERT_TRUE(pg_->Restart().ok());
+  CommandResult r = RunWalrelay("setup " + dsn_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("wal_level = logical"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace walrelay::cli
