@@ -3,7 +3,7 @@
 # Installs missing Debian packages first (scripts/install-deps.sh; needs root or sudo).
 #   scripts/test.sh          build (warnings as errors), all tests (unit + integration against a
 #                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster), the unit
-#                            tests again under ASan+UBSan, a bounded libFuzzer run of the decoder,
+#                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
 #                            and a smoke run of every benchmark program.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 # Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build).
@@ -56,15 +56,19 @@ cmake --build "$BUILD_ROOT/asan" -j "$JOBS" --target $unit_targets
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$BUILD_ROOT/asan" -L unit --output-on-failure -j "$JOBS"
 
-step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s ($BUILD_ROOT/fuzz)"
+step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s, wal2json decoder for $((FUZZ_SECONDS / 3))s ($BUILD_ROOT/fuzz)"
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DWALRELAY_FUZZ=ON -DWALRELAY_BUILD_TESTS=OFF -DWALRELAY_BUILD_BENCH=OFF >/dev/null
-cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target pgoutput_fuzz
-corpus=$(mktemp -d)
-cp tests/decoder/corpus/* "$corpus"/
-"$BUILD_ROOT/fuzz/tests/decoder/pgoutput_fuzz" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
-  -artifact_prefix="$BUILD_ROOT/fuzz/" "$corpus" tests/decoder/corpus 2>&1 | tail -n 15
-rm -rf "$corpus"
+cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target pgoutput_fuzz wal2json_fuzz
+fuzz() {  # target seconds seed-corpus: new inputs go to a scratch dir, not the checked-in seeds
+  local work
+  work=$(mktemp -d)
+  "$BUILD_ROOT/fuzz/tests/decoder/$1" -max_total_time="$2" -print_final_stats=1 \
+    -artifact_prefix="$BUILD_ROOT/fuzz/$1-" "$work" "$3" 2>&1 | tail -n 8
+  rm -rf "$work"
+}
+fuzz pgoutput_fuzz "$FUZZ_SECONDS" tests/decoder/corpus
+fuzz wal2json_fuzz "$((FUZZ_SECONDS / 3))" tests/decoder/wal2json_corpus
 
 step "all suites passed"
 echo "${MAIN_TOTAL:-0} passed, 0 failed"
