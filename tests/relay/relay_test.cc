@@ -358,6 +358,23 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   EXPECT_EQ(ids.size(), 501u);
 }
 
+// --kafka-embedded: the relay hosts librdkafka's mock cluster itself (the demo mode).
+TEST_F(RelayTest, EmbeddedKafkaNeedsNoBroker) {
+  config_.bootstrap_servers.clear();
+  config_.embedded_kafka = true;
+  StartRelay();
+  const std::string bootstraps = relay_->bootstrap_servers();
+  ASSERT_NE(bootstraps, kafka_->bootstraps());
+  ASSERT_FALSE(bootstraps.empty());
+  WriteEvents(0, 2, 50);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  // Auto-created by the embedded cluster with its default 4 partitions.
+  auto records = kafka::testing::ConsumeAll(bootstraps, "outbox.payment", 4, 100, 30s);
+  std::set<std::string> ids;
+  for (const auto& r : records) ids.insert(r.Header("event_id"));
+  EXPECT_EQ(ids.size(), 100u);
+}
+
 // A transaction far larger than the in-flight cap streams through it (backpressure must
 // not wait for a Commit it has not read yet).
 TEST_F(RelayTest, TransactionLargerThanTheInFlightCap) {
