@@ -123,6 +123,17 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context) {
   return UnavailableError(Join(context, message, "retry when the server is reachable"));
 }
 
+Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
+                           const std::vector<const char*>& params, std::string_view context) {
+  PgResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr,
+                               params.data(), nullptr, nullptr, 0));
+  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
+  Status s = StatusFromResult(conn, res.get(), context);
+  if (PQstatus(conn) == CONNECTION_BAD) return UnavailableError(s.message());
+  return s;
+}
+
 Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
                             std::string_view context) {
   const std::string ci(conninfo);

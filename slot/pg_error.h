@@ -17,7 +17,9 @@
 #include <libpq-fe.h>
 
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -47,6 +49,12 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context);
 
 // Connects with `conninfo` (keyword/value or URI) and `replication` forced to the given
 // value ("database" or "false"); application_name defaults to "walrelay".
+// Runs `sql` on `conn` with text parameters (nullptr = SQL NULL). OK for a command or
+// tuples result; otherwise the mapped error (StatusFromResult), kUnavailable when the
+// connection itself is gone.
+Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
+                           const std::vector<const char*>& params, std::string_view context);
+
 Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
                             std::string_view context);
 

@@ -84,16 +84,9 @@ Result<PgResultPtr> SlotAdmin::Query(std::string_view what, const std::string& s
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p.c_str());
-  PgResultPtr res(PQexecParams(conn_.get(), sql.c_str(), static_cast<int>(values.size()), nullptr,
-                               values.data(), nullptr, nullptr, 0));
-  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-    Status s = StatusFromResult(conn_.get(), res.get(), what);
-    if (PQstatus(conn_.get()) == CONNECTION_BAD) {
-      PQreset(conn_.get());  // the next call gets a fresh connection
-      return UnavailableError(s.message());
-    }
-    return s;
+  auto res = ExecPg(conn_.get(), sql, values, what);
+  if (!res.ok() && PQstatus(conn_.get()) == CONNECTION_BAD) {
+    PQreset(conn_.get());  // the next call gets a fresh connection
   }
   return res;
 }
@@ -160,10 +153,9 @@ Result<Lsn> SlotAdmin::CurrentWalLsn() {
 Status SlotAdmin::EmitMessage(bool transactional, std::string_view prefix,
                               std::string_view content) {
   WALRELAY_ASSIGN_OR_RETURN(
-      PgResultPtr r, Query("emitting a logical message",
-                           "SELECT pg_logical_emit_message($1::boolean, $2, $3)",
-                           {transactional ? "true" : "false", std::string(prefix),
-                            std::string(content)}));
+      PgResultPtr r,
+      Query("emitting a logical message", "SELECT pg_logical_emit_message($1::boolean, $2, $3)",
+            {transactional ? "true" : "false", std::string(prefix), std::string(content)}));
   return Status::Ok();
 }
 

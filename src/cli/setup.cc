@@ -1,26 +1,12 @@
 #include "src/cli/setup.h"
 
-#include <libpq-fe.h>
-
 #include <iostream>
 
+#include "slot/pg_error.h"
 #include "slot/slot_admin.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::cli {
-namespace {
-
-std::string Literal(std::string_view s) {
-  std::string q = "'";
-  for (char ch : s) {
-    if (ch == '\'') q += '\'';
-    q += ch;
-  }
-  return q + "'";
-}
-
-}  // namespace
-
 std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables) {
   std::vector<std::string> sql;
   if (create_tables) {
@@ -43,14 +29,14 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
     // The publication before the slot: pgoutput reads the publication as of the slot's
     // position, so a slot made first would not see it for earlier WAL.
     sql.push_back("DO $$ BEGIN\n  IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = " +
-                  Literal(config.publication) + ") THEN\n    CREATE PUBLICATION " +
+                  relay::QuoteLiteral(config.publication) + ") THEN\n    CREATE PUBLICATION " +
                   relay::QuoteIdentifier(config.publication) + " FOR TABLE " + list +
                   ";\n  END IF;\nEND $$");
   }
-  sql.push_back("SELECT pg_create_logical_replication_slot(" + Literal(config.slot) +
+  sql.push_back("SELECT pg_create_logical_replication_slot(" + relay::QuoteLiteral(config.slot) +
                 ", 'pgoutput') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
                 "slot_name = " +
-                Literal(config.slot) + ")");
+                relay::QuoteLiteral(config.slot) + ")");
   return sql;
 }
 
@@ -75,25 +61,13 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
                  "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf(); and "
                  "alert on slot lag (see README, Operations).\n";
   }
-  PGconn* conn = PQconnectdb(conninfo.c_str());
-  if (PQstatus(conn) != CONNECTION_OK) {
-    std::string err = PQerrorMessage(conn);
-    PQfinish(conn);
-    return UnavailableError("setup: cannot connect: " + err);
-  }
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
+                            slot::ConnectPg(conninfo, nullptr, "setup connection"));
   for (const auto& s : statements) {
-    PGresult* r = PQexec(conn, s.c_str());
-    const ExecStatusType st = PQresultStatus(r);
-    std::string err = PQresultErrorMessage(r);
-    PQclear(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-      PQfinish(conn);
-      return FailedPreconditionError("setup failed at:\n" + s + "\n" + err);
-    }
+    WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
     std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")
               << "\n";
   }
-  PQfinish(conn);
   WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables));
   std::cerr << "setup complete: publication " << config.publication << ", slot " << config.slot
             << ", tables";

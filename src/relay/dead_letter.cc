@@ -1,29 +1,13 @@
 #include "src/relay/dead_letter.h"
 
-#include <libpq-fe.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <vector>
 
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
-namespace {
-
-Status ExecOk(PGconn* conn, const std::string& sql, std::string_view what) {
-  PGresult* res = PQexec(conn, sql.c_str());
-  ExecStatusType st = PQresultStatus(res);
-  std::string err = PQresultErrorMessage(res);
-  PQclear(res);
-  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
-  if (PQstatus(conn) != CONNECTION_OK) {
-    return UnavailableError(std::string(what) + ": connection lost: " + err);
-  }
-  return FailedPreconditionError(std::string(what) + ": " + err);
-}
-
-}  // namespace
-
 Status LoggingDeadLetterSink::Write(const DeadLetter& l) {
   ++count_;
   spdlog::warn("dead letter (not stored) {} of {} at {} #{}: {}", l.event_id, l.source,
@@ -34,30 +18,23 @@ Status LoggingDeadLetterSink::Write(const DeadLetter& l) {
 Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::string& conninfo,
                                                                  const std::string& table,
                                                                  const std::string& slot) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
-  if (PQstatus(conn) != CONNECTION_OK) {
-    std::string err = PQerrorMessage(conn);
-    PQfinish(conn);
-    return UnavailableError("dead-letter connection: " + err);
-  }
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
+                            slot::ConnectPg(conninfo, nullptr, "dead-letter connection"));
   const std::string t = QuoteQualifiedIdentifier(table);
-  Status st = ExecOk(conn, DeadLetterTableDdl(t), "creating dead-letter table " + table);
-  if (!st.ok()) {
-    PQfinish(conn);
-    return st;
-  }
+  WALRELAY_RETURN_IF_ERROR(
+      slot::ExecPg(conn.get(), DeadLetterTableDdl(t), {}, "creating dead-letter table " + table)
+          .status());
   std::string insert =
       "INSERT INTO " + t +
       " (slot, source, commit_lsn, ordinal, xid, event_id, aggregate_id, event_type, topic,"
       " reason, payload) VALUES ($1, $2, $3::pg_lsn, $4::int, $5::bigint, $6, $7, $8, $9, $10,"
       " $11) ON CONFLICT (slot, commit_lsn, ordinal) DO NOTHING";
-  return std::unique_ptr<DeadLetterWriter>(new DeadLetterWriter(conn, std::move(insert), slot));
+  return std::unique_ptr<DeadLetterWriter>(
+      new DeadLetterWriter(std::move(conn), std::move(insert), slot));
 }
 
-DeadLetterWriter::DeadLetterWriter(PGconn* conn, std::string insert_sql, std::string slot)
-    : conn_(conn), insert_sql_(std::move(insert_sql)), slot_(std::move(slot)) {}
-
-DeadLetterWriter::~DeadLetterWriter() { PQfinish(conn_); }
+DeadLetterWriter::DeadLetterWriter(slot::PgConnPtr conn, std::string insert_sql, std::string slot)
+    : conn_(std::move(conn)), insert_sql_(std::move(insert_sql)), slot_(std::move(slot)) {}
 
 Status DeadLetterWriter::Write(const DeadLetter& l) {
   const std::string lsn = l.commit_lsn.ToString();
@@ -75,21 +52,13 @@ Status DeadLetterWriter::Write(const DeadLetter& l) {
                                               std::string(l.topic),
                                               std::string(l.reason),
                                               std::string(l.payload)};
-  std::array<const char*, 11> params{};
+  std::vector<const char*> params(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     // Empty optional fields are stored as NULL; slot, source, lsn, reason are never empty.
     params[i] = values[i].empty() ? nullptr : values[i].c_str();
   }
-  PGresult* res = PQexecParams(conn_, insert_sql_.c_str(), static_cast<int>(params.size()), nullptr,
-                               params.data(), nullptr, nullptr, 0);
-  ExecStatusType st = PQresultStatus(res);
-  std::string err = PQresultErrorMessage(res);
-  PQclear(res);
-  if (st == PGRES_COMMAND_OK) return Status::Ok();
-  if (PQstatus(conn_) != CONNECTION_OK) {
-    return UnavailableError("dead-letter write: connection lost: " + err);
-  }
-  return UnavailableError("dead-letter write failed (the event is not confirmed): " + err);
+  // Any failure ends the session: the event is not confirmed and will be replayed.
+  return slot::ExecPg(conn_.get(), insert_sql_, params, "dead-letter write").status();
 }
 
 }  // namespace walrelay::relay

@@ -22,8 +22,7 @@
 
 #include "base/lsn.h"
 #include "base/status.h"
-
-typedef struct pg_conn PGconn;
+#include "slot/pg_error.h"
 
 namespace walrelay::relay {
 
@@ -61,7 +60,6 @@ class DeadLetterWriter : public DeadLetterSink {
   static Result<std::unique_ptr<DeadLetterWriter>> Open(const std::string& conninfo,
                                                         const std::string& table,
                                                         const std::string& slot);
-  ~DeadLetterWriter() override;
   DeadLetterWriter(const DeadLetterWriter&) = delete;
   DeadLetterWriter& operator=(const DeadLetterWriter&) = delete;
 
@@ -70,8 +68,8 @@ class DeadLetterWriter : public DeadLetterSink {
   Status Write(const DeadLetter& letter) override;
 
  private:
-  DeadLetterWriter(PGconn* conn, std::string insert_sql, std::string slot);
-  PGconn* conn_;
+  DeadLetterWriter(slot::PgConnPtr conn, std::string insert_sql, std::string slot);
+  slot::PgConnPtr conn_;
   std::string insert_sql_;
   std::string slot_;
 };

@@ -15,8 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
-
-typedef struct pg_conn PGconn;
+#include "slot/pg_error.h"
 
 namespace walrelay::relay {
 
@@ -31,7 +30,6 @@ class ProgressStore {
  public:
   static Result<std::unique_ptr<ProgressStore>> Open(const std::string& conninfo,
                                                      const std::string& table);
-  ~ProgressStore();
   ProgressStore(const ProgressStore&) = delete;
   ProgressStore& operator=(const ProgressStore&) = delete;
 
@@ -41,10 +39,11 @@ class ProgressStore {
   Status SetRecovering(const std::string& slot, bool recovering);
 
  private:
-  ProgressStore(PGconn* conn, std::string table) : conn_(conn), table_(std::move(table)) {}
-  Status Exec(const std::string& sql, const std::vector<std::string>& params,
-              std::string_view what);
-  PGconn* conn_;
+  ProgressStore(slot::PgConnPtr conn, std::string table)
+      : conn_(std::move(conn)), table_(std::move(table)) {}
+  Result<slot::PgResultPtr> Exec(const std::string& sql, const std::vector<std::string>& params,
+                                 std::string_view what);
+  slot::PgConnPtr conn_;
   std::string table_;  // quoted
 };
 

@@ -1,11 +1,11 @@
 #include "src/relay/recovery.h"
 
-#include <libpq-fe.h>
 #include <spdlog/spdlog.h>
 
 #include <charconv>
 #include <memory>
 
+#include "slot/pg_error.h"
 #include "src/relay/outbox_mapper.h"
 #include "src/relay/position.h"
 #include "src/relay/schema.h"
@@ -13,32 +13,12 @@
 namespace walrelay::relay {
 namespace {
 
-struct ConnCloser {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
-
-Result<ResultPtr> Exec(PGconn* conn, const std::string& sql, std::string_view what) {
-  ResultPtr r(PQexec(conn, sql.c_str()));
-  const ExecStatusType st = PQresultStatus(r.get());
-  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
-  return UnavailableError("recovery: " + std::string(what) + ": " + PQresultErrorMessage(r.get()));
+Status Exec(PGconn* conn, const std::string& sql, std::string_view what) {
+  return slot::ExecPg(conn, sql, {}, "recovery: " + std::string(what)).status();
 }
 
 std::string Column(const std::string& name) {
   return name.empty() ? "NULL::text" : QuoteIdentifier(name) + "::text";
-}
-
-std::string Literal(std::string_view s) {
-  std::string q = "'";
-  for (char ch : s) {
-    if (ch == '\'') q += '\'';
-    q += ch;
-  }
-  return q + "'";
 }
 
 }  // namespace
@@ -47,15 +27,12 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                 const std::string& snapshot, Lsn consistent_point,
                                 const Progress& progress, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats) {
-  std::unique_ptr<PGconn, ConnCloser> conn(PQconnectdb(conninfo.c_str()));
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return UnavailableError(std::string("recovery: cannot connect: ") + PQerrorMessage(conn.get()));
-  }
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
+                            slot::ConnectPg(conninfo, nullptr, "recovery connection"));
   WALRELAY_RETURN_IF_ERROR(
-      Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN").status());
-  WALRELAY_RETURN_IF_ERROR(
-      Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + Literal(snapshot), "importing the snapshot")
-          .status());
+      Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN"));
+  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + QuoteLiteral(snapshot),
+                                "importing the snapshot"));
 
   BackfillResult result;
   uint64_t pending = 0;
@@ -98,12 +75,13 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                Column(c.event_type) + ", " + Column(c.payload) + ", " +
                                Column(c.headers) + " FROM " + QuoteQualifiedIdentifier(table) +
                                " WHERE " + where + " ORDER BY " + QuoteIdentifier(c.id);
-    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table).status());
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table));
     spdlog::warn("recovery: republishing rows of {} with id > {}{}", table, last_id,
                  c.created_at.empty() ? "" : " or created in the lookback window");
     while (true) {
-      WALRELAY_ASSIGN_OR_RETURN(ResultPtr rows,
-                                Exec(conn.get(), "FETCH 1000 FROM backfill", "reading " + table));
+      WALRELAY_ASSIGN_OR_RETURN(
+          slot::PgResultPtr rows,
+          slot::ExecPg(conn.get(), "FETCH 1000 FROM backfill", {}, "recovery: reading " + table));
       const int n = PQntuples(rows.get());
       if (n == 0) break;
       for (int i = 0; i < n; ++i) {
@@ -176,9 +154,9 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
       sink.Poll(std::chrono::milliseconds(0));
       if (!failure.ok()) return failure;
     }
-    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "CLOSE backfill", "closing the cursor").status());
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "CLOSE backfill", "closing the cursor"));
   }
-  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT").status());
+  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
   WALRELAY_RETURN_IF_ERROR(sink.Flush(std::chrono::minutes(5)));
   if (!failure.ok()) return failure;
   if (pending != 0) return DeadlineExceededError("recovery: not every event was acked");

@@ -16,6 +16,15 @@ inline std::string QuoteIdentifier(std::string_view part) {
   }
   return q + "\"";
 }
+// Quotes a string literal ('it''s'); standard_conforming_strings (on since 9.1).
+inline std::string QuoteLiteral(std::string_view s) {
+  std::string q = "'";
+  for (char ch : s) {
+    if (ch == '\'') q += '\'';
+    q += ch;
+  }
+  return q + "'";
+}
 inline std::string QuoteQualifiedIdentifier(std::string_view name) {
   auto dot = name.find('.');
   if (dot == std::string_view::npos) return QuoteIdentifier(name);
