@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/sql.h"
+
 namespace walrelay::slot {
 namespace {
 
@@ -30,17 +32,6 @@ Status ValidateIdent(std::string_view what, std::string_view s, bool allow_upper
     }
   }
   return Status::Ok();
-}
-
-// A string literal for the replication grammar: '...' with ' doubled.
-std::string QuoteLiteral(std::string_view v) {
-  std::string out = "'";
-  for (char c : v) {
-    if (c == '\'') out += '\'';
-    out += c;
-  }
-  out += '\'';
-  return out;
 }
 
 std::string Value(const PGresult* r, int row, int col) {

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "base/sql.h"
+
 namespace walrelay::slot {
 namespace {
 
@@ -37,23 +39,6 @@ Result<int64_t> UnitBytes(const std::string& unit) {
   if (base == "MB") return factor * 1024 * 1024;
   if (base == "GB") return factor * 1024 * 1024 * 1024;
   return InternalError("unknown memory unit '" + unit + "'");
-}
-
-std::string QuoteIdent(PGconn* conn, const std::string& ident) {
-  char* q = PQescapeIdentifier(conn, ident.data(), ident.size());
-  if (q == nullptr) return "\"" + ident + "\"";
-  std::string out(q);
-  PQfreemem(q);
-  return out;
-}
-
-// For messages an operator copies: quotes only when the name is not plain lower case.
-std::string DisplayIdent(PGconn* conn, const std::string& ident) {
-  bool plain = !ident.empty() && !(ident[0] >= '0' && ident[0] <= '9');
-  for (char c : ident) {
-    plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
-  }
-  return plain ? ident : QuoteIdent(conn, ident);
 }
 
 }  // namespace
@@ -203,67 +188,136 @@ Result<ServerSettings> SlotAdmin::GetServerSettings() {
   return s;
 }
 
-Status SlotAdmin::EnsurePublication(std::string_view name, const std::vector<std::string>& tables) {
-  return EnsurePublicationOnce(name, tables, /*retry_on_race=*/true);
+std::string ResolvedTable::Display() const { return QualifiedName{schema, name}.Display(); }
+
+Status PublicationCheck::Verdict(std::string_view publication, bool may_create) const {
+  const std::string pub = QualifiedName{"", std::string(publication)}.Display();
+  auto join = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  if (!exists) {
+    if (may_create) return Status::Ok();
+    return FailedPreconditionError(
+        "publication " + pub + " does not exist and create_slot is off. Fix: CREATE PUBLICATION " +
+        pub + " FOR TABLE " + join(missing) + " WITH (publish_via_partition_root = true);");
+  }
+  if (!partitioned.empty() && !via_root) {
+    return FailedPreconditionError(
+        "publication " + pub + " publishes the partitioned table " + join(partitioned) +
+        " under its partitions' names (publish_via_partition_root is off), so the relay would "
+        "not recognise its rows. Fix: ALTER PUBLICATION " +
+        pub + " SET (publish_via_partition_root = true);");
+  }
+  if (!all_tables && !missing.empty()) {
+    return FailedPreconditionError("publication " + pub + " does not publish " + join(missing) +
+                                   ", so its events would never reach Kafka; walrelay does not "
+                                   "alter publications. Fix: ALTER PUBLICATION " +
+                                   pub + " ADD TABLE " + join(missing) + ";");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<ResolvedTable>> SlotAdmin::ResolveTables(const std::vector<std::string>& names) {
+  std::vector<ResolvedTable> out;
+  for (const auto& t : names) {
+    WALRELAY_RETURN_IF_ERROR(ParseQualifiedName(t).status());
+    WALRELAY_ASSIGN_OR_RETURN(
+        PgResultPtr r, Query("resolving table " + t,
+                             "SELECT c.oid, n.nspname, c.relname, c.relkind, c.relispartition "
+                             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                             "WHERE c.oid = to_regclass($1)",
+                             {t}));
+    if (PQntuples(r.get()) != 1) {
+      return NotFoundError("outbox table " + t +
+                           " does not exist. Fix: create it (see the README's outbox schema) or "
+                           "correct the tables option (SQL name rules: unquoted names fold to "
+                           "lower case, \"Quoted\" names keep their case)");
+    }
+    ResolvedTable rt;
+    rt.configured = t;
+    WALRELAY_ASSIGN_OR_RETURN(int64_t oid, ParseInt("oid", Value(r.get(), 0, 0)));
+    rt.oid = static_cast<uint32_t>(oid);
+    rt.schema = Value(r.get(), 0, 1);
+    rt.name = Value(r.get(), 0, 2);
+    const std::string kind = Value(r.get(), 0, 3);
+    rt.partitioned = kind == "p";
+    if (kind != "r" && kind != "p") {
+      return FailedPreconditionError("outbox table " + t + " (" + rt.Display() +
+                                     ") is not a table (relkind '" + kind +
+                                     "'): only tables are published");
+    }
+    if (Value(r.get(), 0, 4) == "t") {
+      WALRELAY_ASSIGN_OR_RETURN(
+          PgResultPtr root, Query("resolving the partition root of " + t,
+                                  "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c "
+                                  "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                  "WHERE c.oid = pg_partition_root($1::oid)",
+                                  {std::to_string(rt.oid)}));
+      return FailedPreconditionError(
+          "outbox table " + t + " is a partition" +
+          (PQntuples(root.get()) == 1 ? " of " + Value(root.get(), 0, 0) : std::string()) +
+          ": walrelay publishes partitioned tables through their root, so rows of a partition "
+          "arrive under the root's name. Fix: configure the partitioned (root) table instead");
+    }
+    out.push_back(std::move(rt));
+  }
+  return out;
+}
+
+Result<PublicationCheck> SlotAdmin::CheckPublication(std::string_view name,
+                                                     const std::vector<ResolvedTable>& tables) {
+  const std::string pub(name);
+  PublicationCheck check;
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr p,
+      Query("reading publication " + pub,
+            "SELECT puballtables, pubviaroot FROM pg_publication WHERE pubname = $1", {pub}));
+  check.exists = PQntuples(p.get()) == 1;
+  check.all_tables = check.exists && Value(p.get(), 0, 0) == "t";
+  check.via_root = check.exists && Value(p.get(), 0, 1) == "t";
+  for (const ResolvedTable& t : tables) {
+    if (t.partitioned) check.partitioned.push_back(t.Display());
+    bool published = false;
+    if (check.exists && !check.all_tables) {
+      // pg_publication_tables lists what the stream names: the root with
+      // publish_via_partition_root, the partitions without it.
+      WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r,
+                                Query("reading publication " + pub,
+                                      "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND "
+                                      "schemaname = $2 AND tablename = $3",
+                                      {pub, t.schema, t.name}));
+      published = PQntuples(r.get()) > 0;
+    }
+    if (!published && !check.all_tables) check.missing.push_back(t.Display());
+  }
+  return check;
+}
+
+Result<std::vector<ResolvedTable>> SlotAdmin::EnsurePublication(
+    std::string_view name, const std::vector<std::string>& tables) {
+  if (name.empty()) return InvalidArgumentError("publication name is empty");
+  if (tables.empty()) {
+    return InvalidArgumentError("publication " + std::string(name) + ": no tables given");
+  }
+  WALRELAY_ASSIGN_OR_RETURN(std::vector<ResolvedTable> resolved, ResolveTables(tables));
+  WALRELAY_RETURN_IF_ERROR(EnsurePublicationOnce(name, resolved, /*retry_on_race=*/true));
+  return resolved;
 }
 
 Status SlotAdmin::EnsurePublicationOnce(std::string_view name,
-                                        const std::vector<std::string>& tables,
+                                        const std::vector<ResolvedTable>& tables,
                                         bool retry_on_race) {
-  const std::string pub(name);
-  if (pub.empty()) return InvalidArgumentError("publication name is empty");
-  if (tables.empty()) return InvalidArgumentError("publication " + pub + ": no tables given");
-
-  // Resolve each table as SQL would, to (schema, name).
-  std::vector<std::pair<std::string, std::string>> resolved;
-  for (const auto& t : tables) {
-    WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("resolving table " + t,
-                                                   "SELECT n.nspname, c.relname FROM pg_class c "
-                                                   "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                                                   "WHERE c.oid = to_regclass($1)",
-                                                   {t}));
-    if (PQntuples(r.get()) != 1) {
-      return NotFoundError("publication " + pub + ": table " + t +
-                           " does not exist; create it first or check the name");
-    }
-    resolved.emplace_back(Value(r.get(), 0, 0), Value(r.get(), 0, 1));
-  }
-
-  WALRELAY_ASSIGN_OR_RETURN(
-      PgResultPtr p, Query("reading publication " + pub,
-                           "SELECT puballtables FROM pg_publication WHERE pubname = $1", {pub}));
-  if (PQntuples(p.get()) == 1) {
-    if (Value(p.get(), 0, 0) == "t") return Status::Ok();
-    WALRELAY_ASSIGN_OR_RETURN(PgResultPtr pt,
-                              Query("reading publication " + pub,
-                                    "SELECT schemaname, tablename FROM pg_publication_tables "
-                                    "WHERE pubname = $1",
-                                    {pub}));
-    std::string missing;
-    for (const auto& [schema, table] : resolved) {
-      bool found = false;
-      for (int i = 0; i < PQntuples(pt.get()) && !found; ++i) {
-        found = Value(pt.get(), i, 0) == schema && Value(pt.get(), i, 1) == table;
-      }
-      if (!found) {
-        if (!missing.empty()) missing += ", ";
-        missing += DisplayIdent(conn_.get(), schema) + "." + DisplayIdent(conn_.get(), table);
-      }
-    }
-    if (missing.empty()) return Status::Ok();
-    return FailedPreconditionError("publication " + pub + " exists but does not publish " +
-                                   missing + "; walrelay does not alter publications: run " +
-                                   "ALTER PUBLICATION " + DisplayIdent(conn_.get(), pub) +
-                                   " ADD TABLE " + missing + " (or use another publication)");
-  }
-
-  std::string sql = "CREATE PUBLICATION " + QuoteIdent(conn_.get(), pub) + " FOR TABLE ";
-  for (size_t i = 0; i < resolved.size(); ++i) {
+  WALRELAY_ASSIGN_OR_RETURN(PublicationCheck check, CheckPublication(name, tables));
+  if (check.exists) return check.Verdict(name, /*may_create=*/false);
+  std::string sql = "CREATE PUBLICATION " + QuoteIdentifier(name) + " FOR TABLE ";
+  for (size_t i = 0; i < tables.size(); ++i) {
     if (i > 0) sql += ", ";
-    sql += QuoteIdent(conn_.get(), resolved[i].first) + "." +
-           QuoteIdent(conn_.get(), resolved[i].second);
+    sql += QualifiedName{tables[i].schema, tables[i].name}.Quoted();
   }
-  auto created = Query("creating publication " + pub, sql);
+  sql += " WITH (publish_via_partition_root = true)";
+  auto created = Query("creating publication " + std::string(name), sql);
   if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists && retry_on_race) {
     return EnsurePublicationOnce(name, tables, /*retry_on_race=*/false);  // created meanwhile
   }

@@ -46,6 +46,31 @@ struct SlotInfo {
   std::optional<uint64_t> retained_wal_bytes() const;
 };
 
+// A configured outbox table as the server resolved it.
+struct ResolvedTable {
+  std::string configured;    // the name as configured
+  uint32_t oid = 0;          // pg_class.oid: what pgoutput's Relation messages carry
+  std::string schema, name;  // catalog names (nspname, relname), exact case
+  bool partitioned = false;  // relkind 'p': its partitions publish through it
+  // schema.name for messages (quoted where needed).
+  std::string Display() const;
+};
+
+// What a publication publishes of a set of tables.
+struct PublicationCheck {
+  bool exists = false;
+  bool all_tables = false;               // FOR ALL TABLES
+  bool via_root = false;                 // publish_via_partition_root
+  std::vector<std::string> missing;      // Display() of tables it does not publish
+  std::vector<std::string> partitioned;  // Display() of partitioned tables among them
+
+  // OK when the publication exists and publishes every table, through the root where
+  // one is partitioned; else kFailedPrecondition naming the fix (the ALTER PUBLICATION or
+  // CREATE PUBLICATION to run). `may_create`: a missing publication is OK (walrelay
+  // creates it).
+  Status Verdict(std::string_view publication, bool may_create) const;
+};
+
 struct ServerSettings {
   std::string wal_level;
   int64_t max_slot_wal_keep_size_bytes = -1;  // -1 = unlimited
@@ -60,12 +85,26 @@ class SlotAdmin {
   // `conninfo`: any libpq keyword/value string or URI; replication is forced off.
   static Result<std::unique_ptr<SlotAdmin>> Connect(std::string_view conninfo);
 
-  // Makes sure publication `name` publishes every table in `tables` ("table" resolved by
-  // search_path, or "schema.table"; unquoted names fold to lower case as in SQL).
-  // Creates it (FOR TABLE ...) if missing. If it exists and misses a table it is NOT
-  // altered: kFailedPrecondition naming the ALTER PUBLICATION to run. A FOR ALL TABLES
-  // publication covers everything. kNotFound for a missing table.
-  Status EnsurePublication(std::string_view name, const std::vector<std::string>& tables);
+  // Resolves configured table names as the server does (to_regclass: SQL name rules,
+  // base/sql.h, and search_path for unqualified names) to their OIDs and catalog names:
+  // the relay matches the stream's relations by these, never by the configured text.
+  // kInvalidArgument for a name that does not parse; kNotFound for a table that does not
+  // exist; kFailedPrecondition for a relation that is not a table, or for a partition
+  // (its rows are published under its root: configure the root).
+  Result<std::vector<ResolvedTable>> ResolveTables(const std::vector<std::string>& names);
+
+  // What publication `name` publishes of `tables` (read-only).
+  Result<PublicationCheck> CheckPublication(std::string_view name,
+                                            const std::vector<ResolvedTable>& tables);
+
+  // Makes sure publication `name` publishes every table of `tables` through the partition
+  // root. Creates it (FOR TABLE ... WITH (publish_via_partition_root = true)) if missing.
+  // An existing publication is never altered: when it misses a table, or lacks
+  // publish_via_partition_root while a table is partitioned, kFailedPrecondition names
+  // the ALTER PUBLICATION to run. A FOR ALL TABLES publication covers every table.
+  // Returns the resolved tables (see ResolveTables for their errors).
+  Result<std::vector<ResolvedTable>> EnsurePublication(std::string_view name,
+                                                       const std::vector<std::string>& tables);
 
   // The slot's row; kNotFound if there is no such slot.
   Result<SlotInfo> GetSlot(std::string_view slot_name);
@@ -91,7 +130,7 @@ class SlotAdmin {
                             const std::vector<std::string>& params = {});
   Result<std::vector<SlotInfo>> SelectSlots(const std::string& where,
                                             const std::vector<std::string>& params);
-  Status EnsurePublicationOnce(std::string_view name, const std::vector<std::string>& tables,
+  Status EnsurePublicationOnce(std::string_view name, const std::vector<ResolvedTable>& tables,
                                bool retry_on_race);
 
   PgConnPtr conn_;

@@ -11,32 +11,31 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   std::vector<std::string> sql;
   if (create_tables) {
     for (const auto& t : config.tables) {
-      const std::string schema = t.substr(0, t.find('.'));
-      if (schema != "public") {
-        sql.push_back("CREATE SCHEMA IF NOT EXISTS " + relay::QuoteIdentifier(schema));
+      auto name = ParseQualifiedName(t);  // validated with the configuration
+      if (name.ok() && !name->schema.empty() && name->schema != "public") {
+        sql.push_back("CREATE SCHEMA IF NOT EXISTS " + QuoteIdentifier(name->schema));
       }
       sql.push_back(relay::OutboxTableDdl(t));
     }
   }
-  sql.push_back(
-      relay::DeadLetterTableDdl(relay::QuoteQualifiedIdentifier(config.dead_letter_table)));
+  sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
   if (!config.tables.empty()) {
     std::string list;
     for (const auto& t : config.tables) {
       if (!list.empty()) list += ", ";
-      list += relay::QuoteQualifiedIdentifier(t);
+      list += QuoteQualifiedName(t);
     }
     // The publication before the slot: pgoutput reads the publication as of the slot's
     // position, so a slot made first would not see it for earlier WAL.
     sql.push_back("DO $$ BEGIN\n  IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = " +
-                  relay::QuoteLiteral(config.publication) + ") THEN\n    CREATE PUBLICATION " +
-                  relay::QuoteIdentifier(config.publication) + " FOR TABLE " + list +
-                  ";\n  END IF;\nEND $$");
+                  QuoteLiteral(config.publication) + ") THEN\n    CREATE PUBLICATION " +
+                  QuoteIdentifier(config.publication) + " FOR TABLE " + list +
+                  " WITH (publish_via_partition_root = true);\n  END IF;\nEND $$");
   }
-  sql.push_back("SELECT pg_create_logical_replication_slot(" + relay::QuoteLiteral(config.slot) +
+  sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) +
                 ", 'pgoutput') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
                 "slot_name = " +
-                relay::QuoteLiteral(config.slot) + ")");
+                QuoteLiteral(config.slot) + ")");
   return sql;
 }
 
@@ -68,7 +67,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")
               << "\n";
   }
-  WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables));
+  WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables).status());
   std::cerr << "setup complete: publication " << config.publication << ", slot " << config.slot
             << ", tables";
   for (const auto& t : config.tables) std::cerr << " " << t;

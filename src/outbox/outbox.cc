@@ -238,12 +238,12 @@ OutboxWriter::OutboxWriter(OutboxTarget target) : target_(std::move(target)) {
       names += ", ";
       params += ", ";
     }
-    names += relay::QuoteIdentifier(cols[i]);
+    names += QuoteIdentifier(cols[i]);
     // Untyped parameters: PostgreSQL coerces them to the column's type (uuid, jsonb, ...),
     // so remapped columns of other types (text event_id, json payload) work too.
     params += "$" + std::to_string(i + 1);
   }
-  insert_sql_ = "INSERT INTO " + relay::QuoteQualifiedIdentifier(target_.table) + " (" + names +
+  insert_sql_ = "INSERT INTO " + QuoteQualifiedName(target_.table) + " (" + names +
                 ") VALUES (" + params + ")";
 }
 

@@ -27,6 +27,15 @@ void AckTracker::CommitTransaction(Tx tx, Lsn end_lsn) {
   TxState& state = txs_.back();
   state.committed = true;
   state.end_lsn = end_lsn;
+  if (state.events == 0 && txs_.size() >= 2) {
+    // Folded into the committed transaction before it: an empty transaction becomes
+    // flushable exactly when that one does, and only moves the end LSN. Its sequence was
+    // never handed out as a token, so the next transaction reuses it.
+    txs_[txs_.size() - 2].end_lsn = end_lsn;
+    txs_.pop_back();
+    --next_seq_;
+    return;
+  }
   PopFlushable();
 }
 

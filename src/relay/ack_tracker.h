@@ -9,8 +9,12 @@
 // event acked. It never moves backwards.
 //
 // State is a deque of open/committed transactions in stream order, each with a count of
-// unacked events; fully acked committed transactions are popped from the front. Every
-// operation is O(1) amortized; memory is O(transactions in flight), not O(events).
+// unacked events; fully acked committed transactions are popped from the front. A
+// committed transaction without events (PostgreSQL 14 sends empty ones, wal2json too, and
+// a publication wider than the outbox sends transactions of other tables) is folded into
+// the committed transaction before it, which only takes over its end LSN: memory is
+// O(transactions in flight that carry events), at most one entry per unacked event, never
+// O(transactions) or O(events). Every operation is O(1) amortized.
 //
 // Typical use:
 //   AckTracker::Tx tx = tracker.BeginTransaction();
@@ -50,7 +54,8 @@ class AckTracker {
   Token AddEvent(Tx tx);
 
   // Marks `tx` committed at `end_lsn`. A transaction with no events (or all acked already)
-  // becomes flushable at once, in order.
+  // becomes flushable at once, in order; one with no events behind a transaction still in
+  // flight is folded into it (its sequence is reused by the next BeginTransaction).
   // REQUIRES: `tx` is the open transaction; end_lsn is not below earlier end LSNs.
   void CommitTransaction(Tx tx, Lsn end_lsn);
 
@@ -74,7 +79,8 @@ class AckTracker {
   uint64_t UnflushedEvents() const { return unflushed_events_; }
   // Events of all transactions ever covered by FlushLsn(), cumulative.
   uint64_t FlushedEventsTotal() const { return flushed_events_total_; }
-  // Every transaction with a sequence <= this is covered by FlushLsn().
+  // Every transaction with a sequence <= this is covered by FlushLsn() (a folded empty
+  // transaction may be covered before its sequence is: the bound is conservative).
   Tx FlushedThrough() const { return first_seq_ - 1; }
   // Transactions open or committed but not yet flushable.
   size_t PendingTransactions() const { return txs_.size(); }

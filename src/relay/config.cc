@@ -1,5 +1,6 @@
 #include "src/relay/config.h"
 
+#include "base/sql.h"
 #include "src/relay/slot_guard.h"
 
 namespace walrelay::relay {
@@ -37,10 +38,20 @@ Status RelayConfig::Validate() const {
     return InvalidArgumentError(
         "nothing to relay: give at least one --source-table or a --source-message-prefix");
   }
+  // Names follow SQL's rules (base/sql.h); outbox tables must name their schema, so that
+  // no search_path decides which table is the outbox.
   for (const auto& t : tables) {
-    if (t.find('.') == std::string::npos) {
+    auto name = ParseQualifiedName(t);
+    if (!name.ok()) return name.status().WithContext("--source-table");
+    if (name->schema.empty()) {
       return InvalidArgumentError("--source-table '" + t +
                                   "' must be schema-qualified, e.g. public." + t);
+    }
+  }
+  for (const auto& [flag, value] : {std::pair{"--dead-letter-table", &dead_letter_table},
+                                    std::pair{"--recovery-progress-table", &progress_table}}) {
+    if (auto name = ParseQualifiedName(*value); !name.ok()) {
+      return name.status().WithContext(flag);
     }
   }
   if (columns.event_id.empty() || columns.aggregate_id.empty() || columns.event_type.empty() ||

@@ -20,7 +20,7 @@ Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::stri
                                                                  const std::string& slot) {
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "dead-letter connection"));
-  const std::string t = QuoteQualifiedIdentifier(table);
+  const std::string t = QuoteQualifiedName(table);
   WALRELAY_RETURN_IF_ERROR(
       slot::ExecPg(conn.get(), DeadLetterTableDdl(t), {}, "creating dead-letter table " + table)
           .status());

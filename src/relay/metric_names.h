@@ -24,10 +24,11 @@ inline constexpr MetricName kEventsPublished{"walrelay_events_published_total",
 inline constexpr MetricName kEventsDeadLettered{
     "walrelay_events_dead_lettered_total",
     "Unmappable events written to the dead-letter table (then confirmed)."};
-// Label kind = update | delete | truncate | message.
+// Label kind = update | delete | truncate | message | other_table.
 inline constexpr MetricName kEventsSkipped{
     "walrelay_events_skipped_total",
-    "Changes seen but not published, by kind (update, delete, truncate, foreign message)."};
+    "Changes seen but not published, by kind (update, delete, truncate, foreign message, "
+    "insert into a table that is not a configured outbox)."};
 inline constexpr MetricName kTransactions{"walrelay_transactions_total",
                                           "Committed transactions received from the slot."};
 inline constexpr MetricName kReceivedBytes{"walrelay_received_bytes_total",

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/json.h"
+#include "base/sql.h"
 
 namespace walrelay::relay {
 namespace {
@@ -62,15 +63,29 @@ bool ValidTopicName(std::string_view t) {
 
 }  // namespace
 
-OutboxMapper::OutboxMapper(const RelayConfig& config) : config_(config) {}
+std::vector<OutboxTable> OutboxTablesByName(const std::vector<std::string>& configured) {
+  std::vector<OutboxTable> tables;
+  for (const std::string& t : configured) {
+    auto name = ParseQualifiedName(t);
+    if (!name.ok()) continue;
+    tables.push_back({0, name->schema.empty() ? "public" : name->schema, name->name});
+  }
+  return tables;
+}
+
+OutboxMapper::OutboxMapper(const RelayConfig& config, std::vector<OutboxTable> tables,
+                           bool match_by_oid)
+    : config_(config), tables_(std::move(tables)), match_by_oid_(match_by_oid) {}
 
 void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
   Mapping m;
   m.table.reserve(relation.namespace_name.size() + 1 + relation.relation_name.size());
   m.table.append(relation.namespace_name).append(".").append(relation.relation_name);
   for (const auto& col : relation.columns) m.column_names.emplace_back(col.name);
-  m.is_outbox =
-      std::find(config_.tables.begin(), config_.tables.end(), m.table) != config_.tables.end();
+  m.is_outbox = std::any_of(tables_.begin(), tables_.end(), [&](const OutboxTable& t) {
+    return match_by_oid_ ? t.oid == relation.relation_id
+                         : t.schema == relation.namespace_name && t.name == relation.relation_name;
+  });
   const OutboxColumns& c = config_.columns;
   m.id = FindColumn(relation, c.id);
   m.event_id = FindColumn(relation, c.event_id);

@@ -15,6 +15,12 @@
 // Relation handling: OnRelation() is called for every Relation message (they are re-sent
 // after ALTER TABLE and on reconnect) and recomputes the column positions of that
 // relation; rows of relations that are not configured outbox tables are not events.
+// Which relations are outbox tables is decided by identity, never by comparing configured
+// text (architecture invariant 8): by OID when the session resolved the configured names
+// with the server (pgoutput's Relation carries the OID; a partitioned outbox arrives under
+// its root's OID because the publication publishes via the root), by the exact catalog
+// names otherwise (wal2json, whose relation ids are synthetic, and replays of recordings,
+// which have no server to ask: names parsed with SQL's rules, base/sql.h).
 //
 // LIFETIME: the string_views of an OutboxEvent point into the decoded row or message and
 // into the mapper's own buffers; valid until the next Map*() call or while the input is.
@@ -56,9 +62,25 @@ struct OutboxEvent {
   std::vector<std::pair<std::string_view, std::string_view>> extra_headers;
 };
 
+// An outbox table as the stream names it.
+struct OutboxTable {
+  pgoutput::Oid oid = 0;     // pg_class.oid; 0 when unknown (no server at hand)
+  std::string schema, name;  // catalog names (exact case)
+};
+
+// The configured tables parsed with SQL's name rules, without OIDs (for sources that have
+// no server to resolve them: recordings). Unparsable names are left out (the
+// configuration is validated before).
+std::vector<OutboxTable> OutboxTablesByName(const std::vector<std::string>& configured);
+
 class OutboxMapper {
  public:
-  explicit OutboxMapper(const RelayConfig& config);
+  // `tables`: the outbox tables; `match_by_oid`: relations are outbox tables when their OID
+  // is one of `tables`' (else when their schema and name are).
+  OutboxMapper(const RelayConfig& config, std::vector<OutboxTable> tables, bool match_by_oid);
+  // The configured tables matched by name (OutboxTablesByName).
+  explicit OutboxMapper(const RelayConfig& config)
+      : OutboxMapper(config, OutboxTablesByName(config.tables), /*match_by_oid=*/false) {}
 
   // Records the column positions of `relation` (replacing any earlier entry for its OID).
   void OnRelation(const pgoutput::Relation& relation);
@@ -101,6 +123,8 @@ class OutboxMapper {
   Status AddHeaders(simdjson::dom::element headers, OutboxEvent* out);
 
   const RelayConfig& config_;
+  const std::vector<OutboxTable> tables_;
+  const bool match_by_oid_;
   std::unordered_map<pgoutput::Oid, Mapping> relations_;
   std::vector<pgoutput::ColumnValue> columns_;  // reused per row
   std::string topic_buffer_;

@@ -56,7 +56,10 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       sink_(sink),
       dead_letters_(dead_letters),
       options_(std::move(options)),
-      mapper_(config),
+      mapper_(config,
+              options_.outbox_tables.empty() ? OutboxTablesByName(config.tables)
+                                             : options_.outbox_tables,
+              /*match_by_oid=*/!options_.outbox_tables.empty() && config.plugin != "wal2json"),
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
@@ -64,6 +67,8 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       [this](uint64_t cookie, const Status& st, size_t bytes,
              const kafka::DeliveredRecord* record) { OnDelivery(cookie, st, bytes, record); });
 }
+
+Pipeline::~Pipeline() { sink_.SetDeliveryHandler(nullptr); }
 
 void Pipeline::OnHeartbeat(std::string_view content) {
   int64_t sent_us = 0;
@@ -218,6 +223,7 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   } else {
     in_flight_bytes_ += event_.key.size() + event_.value.size();
     stats_.events_produced.fetch_add(1, std::memory_order_relaxed);
+    tx_produced_ = true;
   }
   ++tx_ordinal_;
   return Status::Ok();
@@ -238,8 +244,13 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
     }
     case TransactionAssembler::Boundary::kCommit:
       tracker_.CommitTransaction(tx_, e.end_lsn);
-      pending_commits_.push_back({tx_, tx_commit_time_us_, std::move(tx_ids_)});
+      // A transaction that produced nothing has no ack to wait for: no pending commit, so
+      // memory does not grow with transactions of other tables or empty ones (invariant 4).
+      if (tx_produced_ || !tx_ids_.empty()) {
+        pending_commits_.push_back({tx_, tx_commit_time_us_, std::move(tx_ids_)});
+      }
       tx_ids_.clear();
+      tx_produced_ = false;
       RetireAcked();
       tx_ = 0;
       stats_.transactions.fetch_add(1, std::memory_order_relaxed);
@@ -254,7 +265,18 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
   if (const auto* rel = std::get_if<pgoutput::Relation>(&m)) {
     mapper_.OnRelation(*rel);
   } else if (const auto* ins = std::get_if<pgoutput::Insert>(&m)) {
-    if (!mapper_.IsOutbox(ins->relation_id)) return Status::Ok();
+    if (!mapper_.IsOutbox(ins->relation_id)) {
+      stats_.skipped_other_tables.fetch_add(1, std::memory_order_relaxed);
+      if (foreign_relations_.insert(ins->relation_id).second) {
+        spdlog::warn(
+            "the stream carries INSERTs into {} (relation {}), which is not a configured outbox "
+            "table: they are not published (counted in walrelay_events_skipped_total"
+            "{{kind=\"other_table\"}}). If it is an outbox table, add it to --source-table "
+            "(names follow SQL rules: unquoted folds to lower case); else narrow the publication",
+            mapper_.TableName(ins->relation_id), ins->relation_id);
+      }
+      return Status::Ok();
+    }
     Status mapped = mapper_.MapInsert(*ins, &event_);
     if (!mapped.ok()) {
       const std::string row = mapper_.RowAsJson(*ins);

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "base/status.h"
@@ -103,14 +104,22 @@ class Pipeline {
     int protocol_version = 1;
     // Called about every 100 ms from the loop (heartbeats); an error ends the session.
     std::function<Status()> tick;
+    // The outbox tables as the session resolved them with the server (OIDs and catalog
+    // names); empty: the configured names, matched by name (recordings: no server).
+    std::vector<OutboxTable> outbox_tables;
     // Latency histograms (seconds); null = not measured.
     metrics::Histogram* produce_latency = nullptr;        // produce -> Kafka ack, per event
     metrics::Histogram* commit_to_ack_latency = nullptr;  // commit -> last ack, per transaction
   };
 
-  // All references must outlive the Pipeline.
+  // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
+  // delivery handler and clears it again when destroyed, so a sink that outlives it (and
+  // reports, e.g. while purging) never calls into a destroyed Pipeline.
   Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSource& source,
            RecordSink& sink, DeadLetterSink& dead_letters, Options options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
 
   // Streams until `stop` is set (then drains: bounded wait for acks, final status; OK),
   // until the end of a recording (drains; OK), or a failure (returned; nothing drained —
@@ -171,6 +180,7 @@ class Pipeline {
   pgoutput::TransactionAssembler assembler_;
   pgoutput::Message message_;
   std::unique_ptr<wal2json::Wal2JsonDecoder> wal2json_;  // set when the plugin is wal2json
+  std::unordered_set<pgoutput::Oid> foreign_relations_;  // non-outbox relations reported
   std::vector<pgoutput::Message> wal2json_messages_;
   OutboxEvent event_;
   std::vector<kafka::Header> headers_;
@@ -180,6 +190,7 @@ class Pipeline {
   Lsn tx_commit_lsn_;
   uint32_t tx_xid_ = 0;
   uint32_t tx_ordinal_ = 0;
+  bool tx_produced_ = false;  // the open transaction handed a record to the sink
   uint64_t in_flight_bytes_ = 0;
   Status delivery_failure_;  // first failed delivery report: ends the session
   Lsn received_;

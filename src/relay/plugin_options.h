@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/sql.h"
 #include "decoder/wal2json.h"
 
 namespace walrelay::relay {
@@ -21,9 +22,11 @@ using PluginOptions = std::vector<std::pair<std::string, std::string>>;
 inline std::string Wal2JsonTableFilter(const std::vector<std::string>& tables) {
   std::string out;
   for (const std::string& t : tables) {
-    const size_t dot = t.find('.');
-    const std::string schema = dot == std::string::npos ? "public" : t.substr(0, dot);
-    const std::string table = dot == std::string::npos ? t : t.substr(dot + 1);
+    // Names follow SQL's rules (base/sql.h): wal2json wants the catalog names.
+    auto name = ParseQualifiedName(t);
+    if (!name.ok()) continue;  // validated with the configuration
+    const std::string schema = name->schema.empty() ? "public" : name->schema;
+    const std::string& table = name->name;
     auto escape = [&out](const std::string& s) {
       for (char ch : s) {
         if (ch == ' ' || ch == '\'' || ch == ',' || ch == '.' || ch == '*') out += '\\';

@@ -10,7 +10,7 @@ Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const std::string& co
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "progress store connection"));
   std::unique_ptr<ProgressStore> store(
-      new ProgressStore(std::move(conn), QuoteQualifiedIdentifier(table)));
+      new ProgressStore(std::move(conn), QuoteQualifiedName(table)));
   WALRELAY_RETURN_IF_ERROR(
       store->Exec(ProgressTableDdl(store->table_), {}, "creating the progress table " + table)
           .status());

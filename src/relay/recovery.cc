@@ -73,7 +73,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                ", " + Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " +
                                Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
                                Column(c.event_type) + ", " + Column(c.payload) + ", " +
-                               Column(c.headers) + " FROM " + QuoteQualifiedIdentifier(table) +
+                               Column(c.headers) + " FROM " + QuoteQualifiedName(table) +
                                " WHERE " + where + " ORDER BY " + QuoteIdentifier(c.id);
     WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table));
     spdlog::warn("recovery: republishing rows of {} with id > {}{}", table, last_id,

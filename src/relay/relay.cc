@@ -61,9 +61,9 @@ bool Retryable(const Status& st) {
 class Relay::Session {
  public:
   explicit Session(Relay& relay) : relay_(relay), config_(relay.config_), stats_(relay.stats_) {}
+  // Members die in reverse order of declaration: the pipeline (which detaches its delivery
+  // handler from the sink) before the sink, the sink before the connections.
   ~Session() {
-    pipeline_.reset();
-    sink_.reset();  // purges: stale reports must not outlive the pipeline
     stats_.streaming.store(0);
     stats_.in_flight_events.store(0);
     stats_.in_flight_bytes.store(0);
@@ -108,8 +108,23 @@ Status Relay::Session::Start() {
   }
   const milliseconds status_interval =
       std::min(config_.status_interval, slot::StatusInterval(settings.wal_sender_timeout));
-  if (config_.create_slot && !config_.tables.empty()) {
-    WALRELAY_RETURN_IF_ERROR(admin_->EnsurePublication(config_.publication, config_.tables));
+  // The outbox tables, resolved to OIDs by the server once per session: the stream's
+  // relations are matched by these (invariant 8).
+  std::vector<OutboxTable> outbox_tables;
+  if (!config_.tables.empty()) {
+    std::vector<slot::ResolvedTable> resolved;
+    if (config_.create_slot) {
+      WALRELAY_ASSIGN_OR_RETURN(resolved,
+                                admin_->EnsurePublication(config_.publication, config_.tables));
+    } else {
+      WALRELAY_ASSIGN_OR_RETURN(resolved, admin_->ResolveTables(config_.tables));
+      WALRELAY_ASSIGN_OR_RETURN(slot::PublicationCheck check,
+                                admin_->CheckPublication(config_.publication, resolved));
+      WALRELAY_RETURN_IF_ERROR(check.Verdict(config_.publication, /*may_create=*/false));
+    }
+    for (const slot::ResolvedTable& t : resolved) {
+      outbox_tables.push_back({t.oid, t.schema, t.name});
+    }
   }
   WALRELAY_ASSIGN_OR_RETURN(
       dead_letters_, DeadLetterWriter::Open(conninfo, config_.dead_letter_table, config_.slot));
@@ -163,6 +178,7 @@ Status Relay::Session::Start() {
   pipeline_options.tick = [this] { return Tick(); };
   pipeline_options.produce_latency = relay_.obs_->produce_latency;
   pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
+  pipeline_options.outbox_tables = std::move(outbox_tables);
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 
@@ -270,6 +286,7 @@ Status Relay::StartObservability() {
   counter(mn::kEventsSkipped, stats_.skipped_deletes, {{"kind", "delete"}});
   counter(mn::kEventsSkipped, stats_.skipped_truncates, {{"kind", "truncate"}});
   counter(mn::kEventsSkipped, stats_.skipped_messages, {{"kind", "message"}});
+  counter(mn::kEventsSkipped, stats_.skipped_other_tables, {{"kind", "other_table"}});
   counter(mn::kTransactions, stats_.transactions);
   counter(mn::kReceivedBytes, stats_.bytes_received);
   counter(mn::kRestarts, stats_.restarts);

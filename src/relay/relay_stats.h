@@ -17,19 +17,20 @@ struct RelayStats {
   std::atomic<uint64_t> skipped_updates{0};       // UPDATE on an outbox table (not published)
   std::atomic<uint64_t> skipped_deletes{0};
   std::atomic<uint64_t> skipped_truncates{0};
-  std::atomic<uint64_t> skipped_messages{0};  // logical messages with another prefix
-  std::atomic<uint64_t> bytes_received{0};    // pgoutput payload bytes
-  std::atomic<uint64_t> restarts{0};          // sessions torn down and restarted
-  std::atomic<uint64_t> in_flight_events{0};  // gauge
-  std::atomic<uint64_t> in_flight_bytes{0};   // gauge
-  std::atomic<uint64_t> flush_lsn{0};         // gauge: last confirmed position
-  std::atomic<uint64_t> received_lsn{0};      // gauge: last position received
-  std::atomic<uint64_t> server_wal_end{0};    // gauge: server's WAL end (keepalive)
-  std::atomic<int> streaming{0};              // gauge: 1 while a session streams
-  std::atomic<uint64_t> heartbeats{0};        // heartbeat messages seen in the stream
-  std::atomic<uint64_t> heartbeats_sent{0};   // heartbeat messages emitted
-  std::atomic<uint64_t> slot_recoveries{0};   // lost-slot recoveries completed
-  std::atomic<int64_t> heartbeat_lag_us{-1};  // gauge: emit -> seen, -1 before the first
+  std::atomic<uint64_t> skipped_messages{0};      // logical messages with another prefix
+  std::atomic<uint64_t> skipped_other_tables{0};  // INSERTs into tables that are not outboxes
+  std::atomic<uint64_t> bytes_received{0};        // pgoutput payload bytes
+  std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted
+  std::atomic<uint64_t> in_flight_events{0};      // gauge
+  std::atomic<uint64_t> in_flight_bytes{0};       // gauge
+  std::atomic<uint64_t> flush_lsn{0};             // gauge: last confirmed position
+  std::atomic<uint64_t> received_lsn{0};          // gauge: last position received
+  std::atomic<uint64_t> server_wal_end{0};        // gauge: server's WAL end (keepalive)
+  std::atomic<int> streaming{0};                  // gauge: 1 while a session streams
+  std::atomic<uint64_t> heartbeats{0};            // heartbeat messages seen in the stream
+  std::atomic<uint64_t> heartbeats_sent{0};       // heartbeat messages emitted
+  std::atomic<uint64_t> slot_recoveries{0};       // lost-slot recoveries completed
+  std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
 };
 
 }  // namespace walrelay::relay

@@ -5,36 +5,14 @@
 #include <string>
 #include <string_view>
 
-namespace walrelay::relay {
+#include "base/sql.h"
 
-// Quotes one identifier ("we""ird"), or a schema-qualified one ("a.b" -> "a"."b").
-inline std::string QuoteIdentifier(std::string_view part) {
-  std::string q = "\"";
-  for (char ch : part) {
-    if (ch == '"') q += '"';
-    q += ch;
-  }
-  return q + "\"";
-}
-// Quotes a string literal ('it''s'); standard_conforming_strings (on since 9.1).
-inline std::string QuoteLiteral(std::string_view s) {
-  std::string q = "'";
-  for (char ch : s) {
-    if (ch == '\'') q += '\'';
-    q += ch;
-  }
-  return q + "'";
-}
-inline std::string QuoteQualifiedIdentifier(std::string_view name) {
-  auto dot = name.find('.');
-  if (dot == std::string_view::npos) return QuoteIdentifier(name);
-  return QuoteIdentifier(name.substr(0, dot)) + "." + QuoteIdentifier(name.substr(dot + 1));
-}
+namespace walrelay::relay {
 
 // The documented outbox table (see OutboxColumns for the column contract). Idempotent.
 // REPLICA IDENTITY stays DEFAULT: only INSERTs publish, so old rows are never needed.
 inline std::string OutboxTableDdl(std::string_view qualified_table) {
-  std::string t = QuoteQualifiedIdentifier(qualified_table);
+  std::string t = QuoteQualifiedName(qualified_table);
   return "CREATE TABLE IF NOT EXISTS " + t +
          " (\n"
          "  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/sql.h"
 #include "slot/pg_error.h"
 #include "src/relay/metric_names.h"
 
@@ -41,15 +42,6 @@ bool ParseNumber(std::string_view text, double* out) {
 }
 
 std::string Opt(const std::optional<uint64_t>& b) { return b ? FormatBytes(*b) : "n/a"; }
-
-std::string SqlLiteral(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += '\'';
-    out += c;
-  }
-  return out + "'";
-}
 
 }  // namespace
 
@@ -480,7 +472,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           " can no longer be streamed. Recovery: rows still in the outbox table must be "
           "re-published from the table (walrelay's lost-slot recovery does this), then the "
           "slot recreated: SELECT pg_drop_replication_slot(" +
-          SqlLiteral(config.slot) +
+          QuoteLiteral(config.slot) +
           "); and restart walrelay with create_slot on. Rows already deleted from the outbox "
           "cannot be recovered. Prevent it: alert on `walrelay lag` and size "
           "max_slot_wal_keep_size for your longest outage";
@@ -497,7 +489,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           (info->plugin.empty() ? "" : " with plugin " + info->plugin) +
           "; walrelay needs a logical pgoutput slot. Fix: use another slot name, or drop it "
           "with SELECT pg_drop_replication_slot(" +
-          SqlLiteral(config.slot) + ") if nothing else uses it");
+          QuoteLiteral(config.slot) + ") if nothing else uses it");
     }
   } else if (info.status().code() == StatusCode::kNotFound) {
     if (!config.create_slot) {
@@ -505,65 +497,27 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "replication slot \"" + config.slot +
           "\" does not exist and create_slot is off. Fix: turn create_slot on, or SELECT "
           "pg_create_logical_replication_slot(" +
-          SqlLiteral(config.slot) + ", 'pgoutput');");
+          QuoteLiteral(config.slot) + ", 'pgoutput');");
     }
   } else {
     return info.status();
   }
 
-  // 5. the publication covers the outbox tables (read-only; SlotAdmin::EnsurePublication
-  // would create it).
+  // 5. the publication covers the outbox tables, through the root of a partitioned one
+  // (read-only; SlotAdmin::EnsurePublication would create it).
   if (!config.tables.empty()) {
-    WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                              slot::ConnectPg(conninfo, "false", "publication check"));
-    auto query = [&](const std::string& sql,
-                     const std::vector<std::string>& params) -> Result<slot::PgResultPtr> {
-      std::vector<const char*> values;
-      for (const auto& p : params) values.push_back(p.c_str());
-      slot::PgResultPtr r(PQexecParams(conn.get(), sql.c_str(), static_cast<int>(values.size()),
-                                       nullptr, values.data(), nullptr, nullptr, 0));
-      if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-        return slot::StatusFromResult(conn.get(), r.get(), "checking the publication");
-      }
-      return r;
-    };
-    WALRELAY_ASSIGN_OR_RETURN(
-        slot::PgResultPtr pub,
-        query("SELECT puballtables FROM pg_publication WHERE pubname = $1", {config.publication}));
-    report.publication_exists = PQntuples(pub.get()) == 1;
-    const bool all_tables =
-        report.publication_exists && std::string_view(PQgetvalue(pub.get(), 0, 0)) == "t";
-    std::string missing;
-    for (const std::string& table : config.tables) {
-      WALRELAY_ASSIGN_OR_RETURN(
-          slot::PgResultPtr t,
-          query("SELECT format('%I.%I', n.nspname, c.relname), EXISTS (SELECT 1 FROM "
-                "pg_publication_tables p WHERE p.pubname = $2 AND p.schemaname = n.nspname AND "
-                "p.tablename = c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = "
-                "c.relnamespace WHERE c.oid = to_regclass($1)",
-                {table, config.publication}));
-      if (PQntuples(t.get()) != 1) {
-        return NotFoundError("outbox table " + table +
-                             " does not exist. Fix: create it (see the README's outbox schema) "
-                             "or correct the tables option");
-      }
-      if (!all_tables && std::string_view(PQgetvalue(t.get(), 0, 1)) != "t") {
-        if (!missing.empty()) missing += ", ";
-        missing += PQgetvalue(t.get(), 0, 0);
-      }
-    }
-    if (!report.publication_exists) {
-      if (!config.create_slot) {
-        return FailedPreconditionError("publication " + config.publication +
-                                       " does not exist and create_slot is off. Fix: CREATE "
-                                       "PUBLICATION " +
-                                       config.publication + " FOR TABLE " + missing + ";");
-      }
-    } else if (!missing.empty()) {
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::ResolvedTable> tables,
+                              admin->ResolveTables(config.tables));
+    WALRELAY_ASSIGN_OR_RETURN(slot::PublicationCheck check,
+                              admin->CheckPublication(config.publication, tables));
+    report.publication_exists = check.exists;
+    WALRELAY_RETURN_IF_ERROR(check.Verdict(config.publication, config.create_slot));
+    if (config.plugin == "wal2json" && !check.partitioned.empty()) {
       return FailedPreconditionError(
-          "publication " + config.publication + " does not publish " + missing +
-          ", so its events would never reach Kafka. Fix: ALTER PUBLICATION " + config.publication +
-          " ADD TABLE " + missing + ";");
+          "outbox table " + check.partitioned.front() +
+          " is partitioned, and wal2json names every change by its partition (it has no "
+          "publish_via_partition_root), so partitions attached later would be missed. Fix: "
+          "use --source-plugin pgoutput for a partitioned outbox");
     }
   }
   return report;

@@ -207,9 +207,12 @@ struct StartupReport {
 //   4. the slot: missing and create_slot off    kFailedPrecondition;
 //                wal_status = 'lost'            kFailedPrecondition (or a warning, see
 //                                               lost_slot_is_error); 'unreserved' warns
-//   5. the publication covers config.tables     missing table: kNotFound; table not in
-//                                               the publication: kFailedPrecondition;
-//                                               no publication and create_slot off:
+//   5. the publication covers config.tables     missing table: kNotFound; a partition
+//      (resolved as SQL does, by OID)           or not a table, a table not in the
+//                                               publication, a partitioned table without
+//                                               publish_via_partition_root, no
+//                                               publication and create_slot off, or
+//                                               wal2json with a partitioned table:
 //                                               kFailedPrecondition
 // Read-only: nothing is created or altered. Opens its own short-lived connections to
 // `config.source_dsn`. kUnavailable when the server cannot be reached.

@@ -253,6 +253,30 @@ TEST(AckTrackerTest, RandomizedOutOfOrderAcksMatchModel) {
   }
 }
 
+// PostgreSQL 14, wal2json or a publication wider than the outbox send transactions without
+// events; behind one unacked event they must not pile up (each used to keep an entry).
+TEST(AckTrackerTest, EmptyTransactionsBehindAnUnackedEventAreFolded) {
+  AckTracker t;
+  auto tx = t.BeginTransaction();
+  const auto e = t.AddEvent(tx);
+  t.CommitTransaction(tx, Lsn(100));
+  for (uint64_t i = 1; i <= 1'000'000; ++i) {
+    t.CommitTransaction(t.BeginTransaction(), Lsn(100 + i));
+  }
+  EXPECT_EQ(t.PendingTransactions(), 1u);
+  EXPECT_EQ(t.FlushLsn(), Lsn());  // nothing passes the unacked event
+  // A transaction with an event after them keeps its own entry and its own token.
+  auto tx2 = t.BeginTransaction();
+  const auto e2 = t.AddEvent(tx2);
+  t.CommitTransaction(tx2, Lsn(2'000'000));
+  EXPECT_EQ(t.PendingTransactions(), 2u);
+  t.Ack(e);
+  EXPECT_EQ(t.FlushLsn(), Lsn(1'000'100)) << "the folded transactions flush with the event's";
+  t.Ack(e2);
+  EXPECT_EQ(t.FlushLsn(), Lsn(2'000'000));
+  EXPECT_EQ(t.PendingTransactions(), 0u);
+}
+
 TEST(AckTrackerTest, MillionEventTransactionIsConstantMemory) {
   AckTracker t;
   auto tx = t.BeginTransaction();

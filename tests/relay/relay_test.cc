@@ -16,6 +16,7 @@
 #include "src/relay/position.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
+#include "tests/relay/relay_fixture.h"
 #include "tests/support/pg_cluster.h"
 
 namespace walrelay::relay {
@@ -24,107 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 using kafka::testing::ConsumeAll;
 using kafka::testing::ConsumedRecord;
-
-class RelayTest : public ::testing::Test {
- protected:
-  // The mock cluster keeps at most 5 MB per partition: enough partitions keep every record.
-  static constexpr int kPartitions = 12;
-
-  // Extra server settings for a test fixture (see RecoveryTest).
-  virtual std::vector<std::string> ServerSettings() const { return {}; }
-
-  void SetUp() override {
-    testing::TestCluster::Options pg_options;
-    pg_options.settings = ServerSettings();
-    auto pg = testing::TestCluster::Start(pg_options);
-    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
-    pg_ = std::move(*pg);
-    ASSERT_TRUE(pg_->Exec(OutboxTableDdl("public.outbox")).ok());
-    auto kc = kafka::MockCluster::Create(3);
-    ASSERT_TRUE(kc.ok()) << kc.status().ToString();
-    kafka_ = std::move(*kc);
-    ASSERT_TRUE(kafka_->CreateTopic("outbox.payment", kPartitions, 3).ok());
-    config_.source_dsn = pg_->conninfo();
-    config_.bootstrap_servers = kafka_->bootstraps();
-    config_.status_interval = 100ms;
-    config_.reconnect_min = 50ms;
-    config_.reconnect_max = 500ms;
-    config_.kafka_properties["message.timeout.ms"] = "20000";
-  }
-
-  void TearDown() override { StopRelay(); }
-
-  void StartRelay() {
-    relay_ = std::make_unique<Relay>(config_);
-    thread_ = std::thread([this] { run_status_ = relay_->Run(); });
-    // Events written before the slot exists are not in its stream: wait for it.
-    for (int i = 0; i < 300 && relay_->stats().streaming.load() == 0; ++i) {
-      std::this_thread::sleep_for(20ms);
-    }
-    ASSERT_EQ(relay_->stats().streaming.load(), 1) << "relay did not start streaming";
-  }
-
-  void StopRelay() {
-    if (!relay_) return;
-    relay_->RequestStop();
-    thread_.join();
-    relay_.reset();
-  }
-
-  // Commits `txs` transactions of `rows` outbox rows; payload seq counts from `first`.
-  void WriteEvents(int first, int txs, int rows) {
-    for (int t = 0; t < txs; ++t) {
-      const int lo = first + t * rows;
-      ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
-                            "payload) SELECT 'payment', 'agg-' || (g % 20), 'PaymentCaptured', "
-                            "jsonb_build_object('seq', g) FROM generate_series(" +
-                            std::to_string(lo) + ", " + std::to_string(lo + rows - 1) + ") g")
-                      .ok());
-    }
-  }
-
-  // Distinct event ids in the payment topic, reading until `expected` are seen.
-  std::set<std::string> DistinctEventIds(size_t expected, std::chrono::milliseconds timeout) {
-    std::set<std::string> ids;
-    size_t scanned = 0;
-    kafka::testing::ConsumeUntil(
-        kafka_->bootstraps(), "outbox.payment", kPartitions,
-        [&](const std::vector<ConsumedRecord>& got) {
-          for (; scanned < got.size(); ++scanned) ids.insert(got[scanned].Header("event_id"));
-          return ids.size() >= expected;
-        },
-        timeout);
-    return ids;
-  }
-
-  Lsn ConfirmedFlush() {
-    auto v = pg_->QueryScalar(
-        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'");
-    if (!v.ok()) return Lsn();
-    return Lsn::Parse(*v).value_or(Lsn());
-  }
-
-  // Waits until the slot's confirmed_flush_lsn reaches the server's current WAL insert
-  // position as of the call (insert, not write: TestCluster commits asynchronously, so the
-  // write position can still be before the last commit).
-  bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
-    auto cur = pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()");
-    if (!cur.ok()) return false;
-    Lsn target = *Lsn::Parse(*cur);
-    for (auto until = std::chrono::steady_clock::now() + timeout;
-         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(50ms)) {
-      if (ConfirmedFlush() >= target) return true;
-    }
-    return false;
-  }
-
-  std::unique_ptr<testing::TestCluster> pg_;
-  std::unique_ptr<kafka::MockCluster> kafka_;
-  RelayConfig config_;
-  std::unique_ptr<Relay> relay_;
-  std::thread thread_;
-  Status run_status_;
-};
 
 TEST_F(RelayTest, ConcurrentWritersEveryCommittedEventOnceOrMoreInOrder) {
   StartRelay();

@@ -55,7 +55,7 @@ TEST_F(SlotAdminTest, EnsurePublicationCreatesThenAccepts) {
 
 TEST_F(SlotAdminTest, EnsurePublicationDoesNotAlterAnExistingOne) {
   ASSERT_TRUE(cluster_->Exec("CREATE PUBLICATION pub_b FOR TABLE other").ok());
-  Status st = admin_->EnsurePublication("pub_b", {"other", "outbox"});
+  Status st = admin_->EnsurePublication("pub_b", {"other", "outbox"}).status();
   ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("ALTER PUBLICATION pub_b ADD TABLE public.outbox"), std::string::npos)
       << st.message();
@@ -67,9 +67,68 @@ TEST_F(SlotAdminTest, EnsurePublicationDoesNotAlterAnExistingOne) {
 TEST_F(SlotAdminTest, EnsurePublicationAllTablesAndMissingTable) {
   ASSERT_TRUE(cluster_->Exec("CREATE PUBLICATION pub_all FOR ALL TABLES").ok());
   EXPECT_TRUE(admin_->EnsurePublication("pub_all", {"outbox", "other"}).ok());
-  Status st = admin_->EnsurePublication("pub_c", {"no_such_table"});
+  Status st = admin_->EnsurePublication("pub_c", {"no_such_table"}).status();
   EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-  EXPECT_EQ(admin_->EnsurePublication("pub_c", {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(admin_->EnsurePublication("pub_c", {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Names mean what they mean in SQL: unquoted folds, quoted keeps case, a quoted schema may
+// contain a dot; each resolves to the table's OID.
+TEST_F(SlotAdminTest, ResolveTablesFollowsSqlNameRules) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE TABLE \"Outbox\" (id int); CREATE SCHEMA \"my.schema\";"
+                         "CREATE TABLE \"my.schema\".t (id int); CREATE TABLE folded (id int);")
+                  .ok());
+  auto oid_of = [&](const std::string& regclass) {
+    return std::stoul(*cluster_->QueryScalar("SELECT '" + regclass + "'::regclass::oid"));
+  };
+  auto r = admin_->ResolveTables({"public.FOLDED", "public.\"Outbox\"", "\"my.schema\".t"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].name, "folded");
+  EXPECT_EQ((*r)[0].oid, oid_of("public.folded"));
+  EXPECT_EQ((*r)[1].name, "Outbox");
+  EXPECT_EQ((*r)[1].oid, oid_of("public.\"Outbox\""));
+  EXPECT_EQ((*r)[1].Display(), "public.\"Outbox\"");
+  EXPECT_EQ((*r)[2].schema, "my.schema");
+  EXPECT_EQ((*r)[2].oid, oid_of("\"my.schema\".t"));
+  // public.Outbox folds to public.outbox (a different table from public."Outbox").
+  auto folded = admin_->ResolveTables({"public.Outbox"});
+  ASSERT_TRUE(folded.ok()) << folded.status().ToString();
+  EXPECT_EQ((*folded)[0].oid, oid_of("public.outbox"));
+  EXPECT_EQ(admin_->ResolveTables({"app.Outbox"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(admin_->ResolveTables({"public.\"open"}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A partitioned outbox publishes through its root: the publication walrelay creates says
+// so, an existing one without it is refused with the fix, and a partition itself cannot be
+// configured (its rows arrive under the root).
+TEST_F(SlotAdminTest, PartitionedTablePublishesViaRoot) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE TABLE parted (id int, d date) PARTITION BY RANGE (d);"
+                         "CREATE TABLE parted_2026 PARTITION OF parted FOR VALUES FROM "
+                         "('2026-01-01') TO ('2027-01-01');")
+                  .ok());
+  auto r = admin_->EnsurePublication("pub_parted", {"public.parted"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)[0].partitioned);
+  EXPECT_EQ(*cluster_->QueryScalar("SELECT pubviaroot FROM pg_publication WHERE pubname = "
+                                   "'pub_parted'"),
+            "t");
+  // Idempotent: the root is what the publication publishes.
+  EXPECT_TRUE(admin_->EnsurePublication("pub_parted", {"public.parted"}).ok());
+
+  ASSERT_TRUE(cluster_->Exec("CREATE PUBLICATION pub_leaves FOR TABLE parted").ok());
+  Status st = admin_->EnsurePublication("pub_leaves", {"public.parted"}).status();
+  ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("ALTER PUBLICATION pub_leaves SET (publish_via_partition_root = "
+                              "true)"),
+            std::string::npos)
+      << st.message();
+
+  st = admin_->ResolveTables({"public.parted_2026"}).status();
+  ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("partition of public.parted"), std::string::npos) << st.message();
 }
 
 TEST_F(SlotAdminTest, GetSlotFollowsActivityAndPosition) {
