@@ -1,12 +1,7 @@
 // Runs the walrelay-devbroker program: bootstrap line, produce/consume over loopback,
 // stdin fault commands, SIGTERM -> exit 0.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -17,92 +12,19 @@
 
 #include "src/kafka/producer.h"
 #include "test_consumer.h"
-
-extern char** environ;
+#include "tests/support/piped_child.h"
 
 namespace walrelay::kafka {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A child process with pipes on stdin and stdout.
-class Child {
- public:
-  bool Start(std::vector<std::string> args) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(in[0]);
-    close(out[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
-    return rc == 0;
-  }
-
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (stdin_ >= 0) close(stdin_);
-    if (stdout_ >= 0) close(stdout_);
-  }
-
-  // One line from the child's stdout (without '\n'), or "" on timeout/EOF.
-  std::string ReadLine(std::chrono::milliseconds timeout = 10s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return "";
-      pollfd p{stdout_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
-      char tmp[1024];
-      ssize_t n = read(stdout_, tmp, sizeof(tmp));
-      if (n <= 0) return "";
-      buf_.append(tmp, static_cast<size_t>(n));
-    }
-  }
-
-  std::string Command(const std::string& cmd) {
-    std::string line = cmd + "\n";
-    if (write(stdin_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
-    return ReadLine();
-  }
-
-  // Sends `sig` and returns the exit status (or -1).
-  int Stop(int sig) {
-    kill(pid_, sig);
-    int status = 0;
-    if (waitpid(pid_, &status, 0) != pid_) return -1;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1;
-  int stdout_ = -1;
-  std::string buf_;
-};
+using walrelay::testing::PipedChild;
 
 TEST(DevbrokerTest, ServesProduceConsumeAndFaultCommandsUntilSigterm) {
   const std::string bootstrap_file = ::testing::TempDir() + "/devbroker_bootstrap.txt";
   std::remove(bootstrap_file.c_str());
-  Child broker;
+  PipedChild broker;
   ASSERT_TRUE(broker.Start({WALRELAY_DEVBROKER_PATH, "--brokers", "3", "--topic", "orders:3",
                             "--bootstrap-file", bootstrap_file}));
   const std::string line = broker.ReadLine();
@@ -117,10 +39,11 @@ TEST(DevbrokerTest, ServesProduceConsumeAndFaultCommandsUntilSigterm) {
   options.properties = {{"bootstrap.servers", bootstraps},
                         {"reconnect.backoff.ms", "20"},
                         {"reconnect.backoff.max.ms", "200"}};
-  auto producer = Producer::Create(options, [&](uint64_t cookie, const Status& st, const DeliveredRecord&) {
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    ++ok_reports[cookie];
-  });
+  auto producer =
+      Producer::Create(options, [&](uint64_t cookie, const Status& st, const DeliveredRecord&) {
+        EXPECT_TRUE(st.ok()) << st.ToString();
+        ++ok_reports[cookie];
+      });
   ASSERT_TRUE(producer.ok()) << producer.status().ToString();
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE((*producer)->Produce("orders", "k" + std::to_string(i % 4), "v", {}, i).ok());
@@ -154,14 +77,14 @@ TEST(DevbrokerTest, ServesProduceConsumeAndFaultCommandsUntilSigterm) {
 
 TEST(DevbrokerTest, HelpAndBadOptions) {
   {
-    Child c;
+    PipedChild c;
     ASSERT_TRUE(c.Start({WALRELAY_DEVBROKER_PATH, "--help"}));
     std::string first = c.ReadLine();
     EXPECT_NE(first.find("walrelay-devbroker"), std::string::npos) << first;
     EXPECT_EQ(c.Stop(0), 0);  // signal 0: just wait for it
   }
   {
-    Child c;
+    PipedChild c;
     ASSERT_TRUE(c.Start({WALRELAY_DEVBROKER_PATH, "--topic", "nopartitions"}));
     EXPECT_NE(c.Stop(0), 0);
   }
