@@ -70,7 +70,8 @@ std::optional<uint64_t> SlotInfo::retained_wal_bytes() const {
 }
 
 Result<std::unique_ptr<SlotAdmin>> SlotAdmin::Connect(std::string_view conninfo) {
-  WALRELAY_ASSIGN_OR_RETURN(PgConnPtr conn, ConnectPg(conninfo, "false", "admin connection"));
+  WALRELAY_ASSIGN_OR_RETURN(PgConnPtr conn,
+                            ConnectPg(conninfo, "false", "admin connection", kRelaySession));
   return std::unique_ptr<SlotAdmin>(new SlotAdmin(std::move(conn)));
 }
 

@@ -57,7 +57,8 @@ struct ServerSettings {
 
 class SlotAdmin {
  public:
-  // `conninfo`: any libpq keyword/value string or URI; replication is forced off.
+  // `conninfo`: any libpq keyword/value string or URI; replication is forced off. The
+  // session runs with kRelaySession (pg_error.h): local commits, 30 s statement timeout.
   static Result<std::unique_ptr<SlotAdmin>> Connect(std::string_view conninfo);
 
   // Makes sure publication `name` publishes every table in `tables` ("table" resolved by

@@ -18,8 +18,9 @@ Status LoggingDeadLetterSink::Write(const DeadLetter& l) {
 Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::string& conninfo,
                                                                  const std::string& table,
                                                                  const std::string& slot) {
-  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                            slot::ConnectPg(conninfo, nullptr, "dead-letter connection"));
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, nullptr, "dead-letter connection", slot::kRelaySession));
   const std::string t = QuoteQualifiedIdentifier(table);
   WALRELAY_RETURN_IF_ERROR(
       slot::ExecPg(conn.get(), DeadLetterTableDdl(t), {}, "creating dead-letter table " + table)

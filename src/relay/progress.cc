@@ -7,8 +7,9 @@
 namespace walrelay::relay {
 Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const std::string& conninfo,
                                                            const std::string& table) {
-  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                            slot::ConnectPg(conninfo, nullptr, "progress store connection"));
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, nullptr, "progress store connection", slot::kRelaySession));
   std::unique_ptr<ProgressStore> store(
       new ProgressStore(std::move(conn), QuoteQualifiedIdentifier(table)));
   WALRELAY_RETURN_IF_ERROR(

@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <libpq-fe.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <thread>
@@ -490,6 +491,71 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
       "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
   ASSERT_TRUE(recovering.ok());
   EXPECT_EQ(*recovering, "f");
+}
+
+// synchronous_standby_names = '*' makes every walsender a synchronous standby, the relay's
+// own included: a COMMIT with synchronous_commit = on then waits until the relay confirms
+// it. The relay's own writes on its streaming thread (progress, dead letters) must not wait
+// for the relay itself.
+class SyncStandbyTest : public RelayTest {
+ protected:
+  std::vector<std::string> ServerSettings() const override {
+    return {"synchronous_commit=on", "synchronous_standby_names=*"};
+  }
+  void SetUp() override {
+    // What `walrelay setup` made earlier, committed while no standby exists yet (such a
+    // commit would wait for one): the relay then writes only once it streams.
+    ::setenv("PGOPTIONS", "-c synchronous_commit=local", 1);
+    RelayTest::SetUp();
+    ASSERT_TRUE(pg_->Exec(DeadLetterTableDdl(QuoteIdentifier(config_.dead_letter_table))).ok());
+    ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
+    ASSERT_TRUE(pg_->Exec("CREATE PUBLICATION walrelay_outbox FOR TABLE outbox").ok());
+    ASSERT_TRUE(pg_->Exec("ALTER TABLE outbox ALTER COLUMN aggregate_id DROP NOT NULL").ok());
+    ::unsetenv("PGOPTIONS");
+  }
+  void TearDown() override {
+    // A relay waiting for itself never returns from a COMMIT: ending the server frees it.
+    if (HasFailure() && pg_) (void)pg_->Stop(testing::TestCluster::StopMode::kImmediate);
+    RelayTest::TearDown();
+  }
+};
+
+TEST_F(SyncStandbyTest, RelaysOwnWritesDoNotWaitForItsOwnWalsender) {
+  StartRelay();
+  ASSERT_FALSE(HasFailure());
+  // The relay's walsender is the synchronous standby: the scenario is real.
+  std::string sync_state;
+  for (int i = 0; i < 200 && sync_state != "sync"; ++i, std::this_thread::sleep_for(50ms)) {
+    auto state = pg_->QueryScalar("SELECT sync_state FROM pg_stat_replication");
+    sync_state = state.ok() ? *state : "";
+  }
+  ASSERT_EQ(sync_state, "sync");
+  // The application's writes commit locally here, so the test never waits for the relay.
+  for (int t = 0; t < 5; ++t) {
+    ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
+                          "aggregate_id, event_type, payload) SELECT 'payment', 'agg-' || g, "
+                          "'PaymentCaptured', jsonb_build_object('seq', g) FROM "
+                          "generate_series(1, 100) g")
+                    .ok());
+  }
+  // An unmappable row: its dead-letter write commits on the streaming thread.
+  ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
+                        "aggregate_id, event_type, payload) VALUES ('payment', NULL, 'NullKey', "
+                        "'{}')")
+                  .ok());
+  EXPECT_EQ(DistinctEventIds(500, 30s).size(), 500u);
+  // Progress is saved every 2 s once events are confirmed: wait past a save, then check
+  // the slot still confirms what is written after it.
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << "the relay stopped confirming";
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
+                        "aggregate_id, event_type, payload) VALUES ('payment', 'a', 'After', "
+                        "'{}')")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << "the relay stopped confirming";
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "1");
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_progress WHERE last_id IS NOT NULL"),
+            "1");
 }
 
 }  // namespace
