@@ -34,7 +34,8 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
                   ";\n  END IF;\nEND $$");
   }
   sql.push_back("SELECT pg_create_logical_replication_slot(" + relay::QuoteLiteral(config.slot) +
-                ", 'pgoutput') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
+                ", " + relay::QuoteLiteral(config.plugin) +
+                ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
                 "slot_name = " +
                 relay::QuoteLiteral(config.slot) + ")");
   return sql;

@@ -10,6 +10,7 @@
 
 #include "slot/pg_error.h"
 #include "src/relay/metric_names.h"
+#include "src/relay/schema.h"
 
 namespace walrelay::relay {
 namespace {
@@ -41,15 +42,6 @@ bool ParseNumber(std::string_view text, double* out) {
 }
 
 std::string Opt(const std::optional<uint64_t>& b) { return b ? FormatBytes(*b) : "n/a"; }
-
-std::string SqlLiteral(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += '\'';
-    out += c;
-  }
-  return out + "'";
-}
 
 }  // namespace
 
@@ -480,7 +472,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           " can no longer be streamed. Recovery: rows still in the outbox table must be "
           "re-published from the table (walrelay's lost-slot recovery does this), then the "
           "slot recreated: SELECT pg_drop_replication_slot(" +
-          SqlLiteral(config.slot) +
+          QuoteLiteral(config.slot) +
           "); and restart walrelay with create_slot on. Rows already deleted from the outbox "
           "cannot be recovered. Prevent it: alert on `walrelay lag` and size "
           "max_slot_wal_keep_size for your longest outage";
@@ -491,13 +483,14 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
            "\" has wal_status 'unreserved': it is past max_slot_wal_keep_size and the next "
            "checkpoint invalidates it unless walrelay catches up first");
     }
-    if (info->slot_type != "logical" || (!info->plugin.empty() && info->plugin != "pgoutput")) {
+    if (info->slot_type != "logical" || (!info->plugin.empty() && info->plugin != config.plugin)) {
       return FailedPreconditionError(
           "replication slot \"" + config.slot + "\" is a " + info->slot_type + " slot" +
           (info->plugin.empty() ? "" : " with plugin " + info->plugin) +
-          "; walrelay needs a logical pgoutput slot. Fix: use another slot name, or drop it "
-          "with SELECT pg_drop_replication_slot(" +
-          SqlLiteral(config.slot) + ") if nothing else uses it");
+          "; walrelay is configured for a logical " + config.plugin +
+          " slot (source.plugin). Fix: set source.plugin to the slot's plugin, use another "
+          "slot name, or drop it with SELECT pg_drop_replication_slot(" +
+          QuoteLiteral(config.slot) + ") if nothing else uses it");
     }
   } else if (info.status().code() == StatusCode::kNotFound) {
     if (!config.create_slot) {
@@ -505,7 +498,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "replication slot \"" + config.slot +
           "\" does not exist and create_slot is off. Fix: turn create_slot on, or SELECT "
           "pg_create_logical_replication_slot(" +
-          SqlLiteral(config.slot) + ", 'pgoutput');");
+          QuoteLiteral(config.slot) + ", " + QuoteLiteral(config.plugin) + ");");
     }
   } else {
     return info.status();

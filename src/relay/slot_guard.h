@@ -205,6 +205,8 @@ struct StartupReport {
 //   2. REPLICATION privilege of the role        else kPermissionDenied
 //   3. max_slot_wal_keep_size = -1              a loud warning (disk-fill risk)
 //   4. the slot: missing and create_slot off    kFailedPrecondition;
+//                not logical, or its plugin is  kFailedPrecondition
+//                not config.plugin
 //                wal_status = 'lost'            kFailedPrecondition (or a warning, see
 //                                               lost_slot_is_error); 'unreserved' warns
 //   5. the publication covers config.tables     missing table: kNotFound; table not in

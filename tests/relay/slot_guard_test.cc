@@ -314,6 +314,37 @@ TEST_F(SlotGuardTest, StartupChecksNameTheFix) {
   EXPECT_EQ(StartupChecks(config).status().code(), StatusCode::kUnavailable);
 }
 
+// `--source-plugin wal2json` must start again on the wal2json slot it created.
+TEST_F(SlotGuardTest, StartupChecksAcceptTheConfiguredPluginOnly) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("DROP PUBLICATION IF EXISTS startup_pub; CREATE PUBLICATION startup_pub "
+                         "FOR TABLE outbox")
+                  .ok());
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('startup_slot', 'wal2json')").ok());
+  RelayConfig config = ConfigFor(*cluster_);
+  config.plugin = "wal2json";
+  auto r = StartupChecks(config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->slot.has_value());
+  EXPECT_EQ(r->slot->plugin, "wal2json");
+  // The same slot under pgoutput is refused, naming both plugins and the fix.
+  config.plugin = "pgoutput";
+  Status st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("with plugin wal2json"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("logical pgoutput slot (source.plugin)"), std::string::npos)
+      << st.message();
+  // A missing slot with create_slot off names the configured plugin in the fix.
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('startup_slot')").ok());
+  config.plugin = "wal2json";
+  config.create_slot = false;
+  st = StartupChecks(config).status();
+  EXPECT_NE(st.message().find("pg_create_logical_replication_slot('startup_slot', 'wal2json')"),
+            std::string::npos)
+      << st.message();
+}
+
 TEST(StartupChecksWalLevelTest, ReplicaIsRefusedWithTheFix) {
   TestCluster::Options options;
   options.settings = {"wal_level=replica"};
