@@ -191,11 +191,10 @@ SlotEvaluation EvaluateSlot(const slot::SlotInfo& slot, int64_t max_keep, const 
   e.critical_bytes = critical.Resolve(max_keep);
   e.measured_bytes = slot.retained_wal_bytes();
   if (!e.measured_bytes) e.measured_bytes = slot.confirmed_lag_bytes();
-  if (slot.wal_status == "lost") {
+  if (slot.invalidated()) {
     e.state = SlotState::kLost;
     e.reason =
-        "wal_status is 'lost': the server removed WAL the slot needed; the slot can no longer "
-        "stream";
+        "the slot can no longer stream: " + slot::ExplainSlotInvalidation(slot.invalidation_reason);
     return e;
   }
   if (e.critical_bytes && e.measured_bytes && *e.measured_bytes >= *e.critical_bytes) {
@@ -461,13 +460,12 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   auto info = admin->GetSlot(config.slot);
   if (info.ok()) {
     report.slot = *info;
-    if (info->wal_status == "lost") {
+    if (info->invalidated()) {
       report.slot_lost = true;
       std::string msg =
-          "replication slot \"" + config.slot +
-          "\" is invalidated (wal_status 'lost'): the server removed WAL it still needed "
-          "(max_slot_wal_keep_size exceeded while it was not read), so changes after its "
-          "confirmed_flush_lsn " +
+          "replication slot \"" + config.slot + "\" is invalidated, " +
+          slot::ExplainSlotInvalidation(info->invalidation_reason) +
+          "; so changes after its confirmed_flush_lsn " +
           (info->confirmed_flush_lsn ? info->confirmed_flush_lsn->ToString() : "(unknown)") +
           " can no longer be streamed. Recovery: rows still in the outbox table must be "
           "re-published from the table (walrelay's lost-slot recovery does this), then the "

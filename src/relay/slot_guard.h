@@ -207,7 +207,8 @@ struct StartupReport {
 //   4. the slot: missing and create_slot off    kFailedPrecondition;
 //                not logical, or its plugin is  kFailedPrecondition
 //                not config.plugin
-//                wal_status = 'lost'            kFailedPrecondition (or a warning, see
+//                invalidated (wal_status 'lost' kFailedPrecondition (or a warning, see
+//                or invalidation_reason)
 //                                               lost_slot_is_error); 'unreserved' warns
 //   5. the publication covers config.tables     missing table: kNotFound; table not in
 //                                               the publication: kFailedPrecondition;

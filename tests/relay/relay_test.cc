@@ -458,6 +458,22 @@ class RecoveryTest : public RelayTest {
   std::vector<std::string> ServerSettings() const override {
     return {"max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB"};
   }
+  // Writes WAL, switches segments and checkpoints until slot 'walrelay' is lost.
+  void LoseSlot() {
+    ASSERT_TRUE(pg_->Exec("CREATE TABLE IF NOT EXISTS churn (filler text)").ok());
+    for (int i = 0; i < 40; ++i) {
+      auto status = pg_->QueryScalar(
+          "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'");
+      ASSERT_TRUE(status.ok());
+      if (*status == "lost") break;
+      ASSERT_TRUE(pg_->Exec("INSERT INTO churn SELECT repeat(md5(g::text), 30) FROM "
+                            "generate_series(1, 2000) g; SELECT pg_switch_wal(); CHECKPOINT;")
+                      .ok());
+    }
+    ASSERT_EQ(*pg_->QueryScalar(
+                  "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+              "lost");
+  }
 };
 
 TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
@@ -467,19 +483,8 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
   StopRelay();  // records its progress on the way out
 
   WriteEvents(1000, 20, 100);  // 2,000 events while no one reads the slot
-  ASSERT_TRUE(pg_->Exec("CREATE TABLE churn (filler text)").ok());
-  for (int i = 0; i < 40; ++i) {
-    auto status = pg_->QueryScalar(
-        "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'");
-    ASSERT_TRUE(status.ok());
-    if (*status == "lost") break;
-    ASSERT_TRUE(pg_->Exec("INSERT INTO churn SELECT repeat(md5(g::text), 30) FROM "
-                          "generate_series(1, 2000) g; SELECT pg_switch_wal(); CHECKPOINT;")
-                    .ok());
-  }
-  ASSERT_EQ(
-      *pg_->QueryScalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
-      "lost");
+  LoseSlot();
+  ASSERT_FALSE(HasFailure());
 
   StartRelay();
   WriteEvents(3000, 5, 100);  // 500 events after recovery
@@ -556,6 +561,75 @@ TEST_F(SyncStandbyTest, RelaysOwnWritesDoNotWaitForItsOwnWalsender) {
   EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "1");
   EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_progress WHERE last_id IS NOT NULL"),
             "1");
+}
+
+// A lost slot that walrelay never recorded progress for (made by hand or by setup): no
+// session can fix it, so Run() ends with the fix instead of retrying forever.
+TEST_F(RecoveryTest, LostSlotWithoutProgressEndsTheRunWithTheFix) {
+  ASSERT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
+  WriteEvents(0, 5, 100);
+  LoseSlot();
+  ASSERT_FALSE(HasFailure());
+  relay_ = std::make_unique<Relay>(config_);
+  std::atomic<bool> returned{false};
+  thread_ = std::thread([this, &returned] {
+    run_status_ = relay_->Run();
+    returned.store(true);
+  });
+  for (int i = 0; i < 600 && !returned.load(); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(returned.load()) << "Run() kept retrying a lost slot it cannot recover";
+  StopRelay();
+  EXPECT_EQ(run_status_.code(), StatusCode::kDataLoss) << run_status_.ToString();
+  EXPECT_NE(run_status_.message().find("no walrelay progress is recorded"), std::string::npos)
+      << run_status_.message();
+  EXPECT_NE(run_status_.message().find("pg_drop_replication_slot('walrelay')"), std::string::npos)
+      << run_status_.message();
+}
+
+// Two relays start on a missing slot; the other one creates it between this relay's check
+// and its CREATE_REPLICATION_SLOT (42710). Deterministically: this relay has progress
+// recorded (so it takes the recovery path), the test holds a SHARE lock on the progress
+// table so the relay blocks writing it just before creating the slot, creates the slot
+// itself meanwhile, then lets go. The relay must wait and retry, not exit.
+TEST_F(RelayTest, RelayLosingTheRaceToCreateTheSlotRetries) {
+  ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, last_id) VALUES "
+                        "('walrelay', 'public.outbox', 0)")
+                  .ok());
+  PGconn* lock = PQconnectdb(pg_->conninfo().c_str());
+  ASSERT_EQ(PQstatus(lock), CONNECTION_OK);
+  PQclear(PQexec(lock, "BEGIN"));
+  PGresult* locked = PQexec(lock, "LOCK TABLE walrelay_progress IN SHARE MODE");
+  ASSERT_EQ(PQresultStatus(locked), PGRES_COMMAND_OK) << PQerrorMessage(lock);
+  PQclear(locked);
+
+  relay_ = std::make_unique<Relay>(config_);
+  std::atomic<bool> returned{false};
+  thread_ = std::thread([this, &returned] {
+    run_status_ = relay_->Run();
+    returned.store(true);
+  });
+  std::string waiting = "0";
+  for (int i = 0; i < 600 && waiting == "0" && !returned.load(); ++i) {
+    std::this_thread::sleep_for(50ms);
+    auto w = pg_->QueryScalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+        "'%walrelay_progress%'");
+    waiting = w.ok() ? *w : "0";
+  }
+  EXPECT_EQ(waiting, "1") << "the relay did not reach the progress write";
+  EXPECT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
+  PQclear(PQexec(lock, "COMMIT"));
+  PQfinish(lock);
+
+  for (int i = 0; i < 600 && relay_->stats().streaming.load() == 0 && !returned.load(); ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(returned.load()) << "the relay exited: " << run_status_.ToString();
+  EXPECT_EQ(relay_->stats().streaming.load(), 1);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  WriteEvents(0, 1, 10);
+  EXPECT_TRUE(WaitConfirmedPastCurrent(30s));
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ slot::SlotInfo FakeSlot(uint64_t current, uint64_t restart, std::string wal_stat
   s.restart_lsn = Lsn(restart);
   s.confirmed_flush_lsn = Lsn(restart);
   s.wal_status = std::move(wal_status);
+  s.invalidation_reason = slot::SlotInvalidation(s.wal_status, std::nullopt, "");
   return s;
 }
 
@@ -90,6 +91,13 @@ TEST(EvaluateSlotTest, StatesFollowRetainedBytesAndWalStatus) {
   slot::SlotInfo lost = FakeSlot(1, 0, "lost");
   lost.restart_lsn.reset();
   EXPECT_EQ(EvaluateSlot(lost, keep, warn, crit).state, SlotState::kLost);
+  // Invalidated for another reason (PostgreSQL 16+: conflict, 18: idle timeout) while
+  // wal_status still reads 'reserved': lost all the same, and the reason says why.
+  slot::SlotInfo idle = FakeSlot(1, 0, "reserved");
+  idle.invalidation_reason = "idle_timeout";
+  auto e = EvaluateSlot(idle, keep, warn, crit);
+  EXPECT_EQ(e.state, SlotState::kLost);
+  EXPECT_NE(e.reason.find("idle_replication_slot_timeout"), std::string::npos) << e.reason;
   EXPECT_EQ(EvaluateSlot(FakeSlot(1 << 30, 0), keep, Threshold::None(), Threshold::None()).state,
             SlotState::kOk);
   EXPECT_EQ(SlotStateSeverity(SlotState::kLost), 2);
