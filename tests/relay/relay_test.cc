@@ -18,6 +18,7 @@
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/tcp_proxy.h"
 
 namespace walrelay::relay {
 namespace {
@@ -630,6 +631,31 @@ TEST_F(RelayTest, RelayLosingTheRaceToCreateTheSlotRetries) {
   EXPECT_GE(relay_->stats().restarts.load(), 1u);
   WriteEvents(0, 1, 10);
   EXPECT_TRUE(WaitConfirmedPastCurrent(30s));
+}
+
+// The network path to the server dies without a RST (a frozen proxy): the relay notices the
+// silence after about wal_sender_timeout, reconnects (new connections get through) and
+// delivers what was written meanwhile.
+class HalfOpenTest : public RelayTest {
+ protected:
+  std::vector<std::string> ServerSettings() const override { return {"wal_sender_timeout=2s"}; }
+};
+
+TEST_F(HalfOpenTest, SilentConnectionIsReplacedAndNothingIsLost) {
+  auto proxy = testing::TcpProxy::Start(pg_->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  config_.source_dsn = pg_->tcp_conninfo() + " port=" + std::to_string((*proxy)->port());
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  std::this_thread::sleep_for(2500ms);  // past the progress save that follows
+  const uint64_t restarts = relay_->stats().restarts.load();
+  (*proxy)->Freeze();
+  WriteEvents(500, 5, 100);
+  EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << "the relay did not replace the dead connection";
+  EXPECT_GT(relay_->stats().restarts.load(), restarts);
+  EXPECT_EQ(DistinctEventIds(1000, 30s).size(), 1000u);
+  (*proxy)->Thaw();  // frees what still waits on a frozen connection (the slot guard's poll)
 }
 
 }  // namespace
