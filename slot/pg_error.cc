@@ -135,6 +135,16 @@ Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
   return s;
 }
 
+Status CreateTableIfMissing(PGconn* conn, const std::string& table, const std::string& create_ddl,
+                            std::string_view context) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r, ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL", {table.c_str()}, context));
+  if (PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t") {
+    return Status::Ok();
+  }
+  return ExecPg(conn, create_ddl, {}, context).status();
+}
+
 Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings) {
   const std::string ci(conninfo);
   char* error = nullptr;

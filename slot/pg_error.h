@@ -54,6 +54,13 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context);
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
                            const std::vector<const char*>& params, std::string_view context);
 
+// Runs `create_ddl` (CREATE TABLE ...) unless `table` exists. `table` is a name as SQL
+// writes it ("schema"."name", quoted as needed), resolved by to_regclass. Checking first
+// matters for a least-privilege role: CREATE TABLE IF NOT EXISTS checks CREATE on the
+// schema before it looks for the table, and fails for a role that may only use it.
+Status CreateTableIfMissing(PGconn* conn, const std::string& table, const std::string& create_ddl,
+                            std::string_view context);
+
 // Server settings for a session, sent in the startup packet (libpq `options`, "-c name=value").
 struct SessionSettings {
   // synchronous_commit = local: a COMMIT waits for the local WAL flush only, never for a

@@ -20,6 +20,7 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   }
   sql.push_back(
       relay::DeadLetterTableDdl(relay::QuoteQualifiedIdentifier(config.dead_letter_table)));
+  sql.push_back(relay::ProgressTableDdl(relay::QuoteQualifiedIdentifier(config.progress_table)));
   if (!config.tables.empty()) {
     std::string list;
     for (const auto& t : config.tables) {

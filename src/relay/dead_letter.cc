@@ -22,9 +22,8 @@ Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::stri
       slot::PgConnPtr conn,
       slot::ConnectPg(conninfo, nullptr, "dead-letter connection", slot::kRelaySession));
   const std::string t = QuoteQualifiedIdentifier(table);
-  WALRELAY_RETURN_IF_ERROR(
-      slot::ExecPg(conn.get(), DeadLetterTableDdl(t), {}, "creating dead-letter table " + table)
-          .status());
+  WALRELAY_RETURN_IF_ERROR(slot::CreateTableIfMissing(conn.get(), t, DeadLetterTableDdl(t),
+                                                      "creating dead-letter table " + table));
   std::string insert =
       "INSERT INTO " + t +
       " (slot, source, commit_lsn, ordinal, xid, event_id, aggregate_id, event_type, topic,"

@@ -12,9 +12,9 @@ Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const std::string& co
       slot::ConnectPg(conninfo, nullptr, "progress store connection", slot::kRelaySession));
   std::unique_ptr<ProgressStore> store(
       new ProgressStore(std::move(conn), QuoteQualifiedIdentifier(table)));
-  WALRELAY_RETURN_IF_ERROR(
-      store->Exec(ProgressTableDdl(store->table_), {}, "creating the progress table " + table)
-          .status());
+  WALRELAY_RETURN_IF_ERROR(slot::CreateTableIfMissing(store->conn_.get(), store->table_,
+                                                      ProgressTableDdl(store->table_),
+                                                      "creating the progress table " + table));
   return store;
 }
 
