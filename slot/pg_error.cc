@@ -1,6 +1,7 @@
 #include "slot/pg_error.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace walrelay::slot {
@@ -134,11 +135,57 @@ Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
   return s;
 }
 
-Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+Status CreateTableIfMissing(PGconn* conn, const std::string& table, const std::string& create_ddl,
                             std::string_view context) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r, ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL", {table.c_str()}, context));
+  if (PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t") {
+    return Status::Ok();
+  }
+  return ExecPg(conn, create_ddl, {}, context).status();
+}
+
+Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings) {
   const std::string ci(conninfo);
-  const char* keys[] = {"dbname", "replication", "fallback_application_name", nullptr};
-  const char* values[] = {ci.c_str(), replication, "walrelay", nullptr};
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(ci.c_str(), &error);
+  if (parsed == nullptr) {
+    std::string why = error ? Trim(error) : "out of memory";
+    PQfreemem(error);
+    return InvalidArgumentError("connection string: " + why + "; fix the DSN");
+  }
+  std::string options;
+  for (PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    if (std::string_view(o->keyword) == "options" && o->val != nullptr) options = o->val;
+  }
+  PQconninfoFree(parsed);
+  if (options.empty()) {
+    if (const char* env = std::getenv("PGOPTIONS")) options = env;
+  }
+  auto add = [&options](const std::string& setting) {
+    if (!options.empty()) options += ' ';
+    options += "-c " + setting;
+  };
+  if (settings.local_commit) add("synchronous_commit=local");
+  if (settings.statement_timeout.count() > 0) {
+    add("statement_timeout=" + std::to_string(settings.statement_timeout.count()));
+  }
+  return options;
+}
+
+Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+                            std::string_view context, const SessionSettings& settings) {
+  const std::string ci(conninfo);
+  std::string options;
+  if (settings.local_commit || settings.statement_timeout.count() > 0) {
+    auto o = SessionOptions(conninfo, settings);
+    if (!o.ok()) return o.status().WithContext(context);
+    options = std::move(*o);
+  }
+  // Keywords after "dbname" override what the expanded conninfo says.
+  const char* keys[] = {"dbname", "fallback_application_name", "replication", "options", nullptr};
+  const char* values[] = {ci.c_str(), "walrelay", replication,
+                          options.empty() ? nullptr : options.c_str(), nullptr};
   PgConnPtr conn(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
   if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
     return StatusFromConnectFailure(conn.get(), context);

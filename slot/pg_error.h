@@ -16,6 +16,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,15 +48,47 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view cont
 // everything else kUnavailable.
 Status StatusFromConnectFailure(PGconn* conn, std::string_view context);
 
-// Connects with `conninfo` (keyword/value or URI) and `replication` forced to the given
-// value ("database" or "false"); application_name defaults to "walrelay".
 // Runs `sql` on `conn` with text parameters (nullptr = SQL NULL). OK for a command or
 // tuples result; otherwise the mapped error (StatusFromResult), kUnavailable when the
 // connection itself is gone.
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
                            const std::vector<const char*>& params, std::string_view context);
 
-Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+// Runs `create_ddl` (CREATE TABLE ...) unless `table` exists. `table` is a name as SQL
+// writes it ("schema"."name", quoted as needed), resolved by to_regclass. Checking first
+// matters for a least-privilege role: CREATE TABLE IF NOT EXISTS checks CREATE on the
+// schema before it looks for the table, and fails for a role that may only use it.
+Status CreateTableIfMissing(PGconn* conn, const std::string& table, const std::string& create_ddl,
                             std::string_view context);
+
+// Server settings for a session, sent in the startup packet (libpq `options`, "-c name=value").
+struct SessionSettings {
+  // synchronous_commit = local: a COMMIT waits for the local WAL flush only, never for a
+  // synchronous standby. The relay's own walsender can be one (synchronous_standby_names
+  // = '*' matches every walsender): a write on the streaming thread that waited for it
+  // would wait for the relay itself, forever.
+  bool local_commit = false;
+  // statement_timeout; 0 = the server's (role, database or postgresql.conf) setting.
+  std::chrono::milliseconds statement_timeout{0};
+};
+
+// The relay's SQL connections that write while it streams (dead letters, progress,
+// heartbeats, publication and table creation): local commits, and no statement may hold
+// the streaming thread longer than 30 s (a timeout is 57014, kUnavailable: the session
+// restarts from the slot).
+inline constexpr SessionSettings kRelaySession{.local_commit = true,
+                                               .statement_timeout = std::chrono::seconds(30)};
+
+// The libpq `options` value that applies `settings` on top of what the user asked for:
+// the conninfo's own `options` (else $PGOPTIONS, which libpq would have used), then one
+// "-c" per setting, so ours win over the user's for these two settings only.
+// kInvalidArgument when `conninfo` does not parse.
+Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings);
+
+// Connects with `conninfo` (keyword/value or URI) and `replication` forced to the given
+// value ("database" or "false"; nullptr = as `conninfo` says); application_name defaults to
+// "walrelay". `settings` are applied as SessionOptions describes (none by default).
+Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+                            std::string_view context, const SessionSettings& settings = {});
 
 }  // namespace walrelay::slot

@@ -174,8 +174,12 @@ Status ReplicationConnection::StartLogical(
     }
     cmd += ")";
   }
+  WALRELAY_ASSIGN_OR_RETURN(silence_limit_, WalSenderTimeout());
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Command(cmd, PGRES_COPY_BOTH));
   (void)r;
+  last_received_ = Clock::now();
+  reply_requested_at_.reset();
+  last_status_ = {};
   if (PQsetnonblocking(conn_.get(), 1) != 0) {
     return UnavailableError("START_REPLICATION: cannot make the connection non-blocking: " +
                             std::string(PQerrorMessage(conn_.get())));
@@ -197,6 +201,8 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     char* buf = nullptr;
     const int n = PQgetCopyData(conn_.get(), &buf, /*async=*/1);
     if (n > 0) {
+      last_received_ = Clock::now();
+      reply_requested_at_.reset();
       copy_buf_ = buf;
       auto msg = ParseServerMessage(std::string_view(buf, static_cast<size_t>(n)));
       if (!msg.ok()) return msg.status().WithContext(context());
@@ -238,8 +244,12 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       return UnavailableError(context() + ": sending failed: " + PQerrorMessage(conn_.get()));
     }
     const auto now = Clock::now();
+    auto wake = deadline;
+    WALRELAY_RETURN_IF_ERROR(CheckLiveness(now, &wake));
     if (now >= deadline) return Frame{};
-    const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+    wake = std::min(wake, deadline);
+    const auto wait_ms =
+        std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wake - now).count());
     pollfd pfd{};
     pfd.fd = PQsocket(conn_.get());
     pfd.events = static_cast<short>(POLLIN | (flush == 1 ? POLLOUT : 0));
@@ -249,21 +259,67 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       if (e == EINTR) continue;
       return UnavailableError(context() + ": poll: " + std::strerror(e));
     }
-    if (pr == 0) return Frame{};
+    if (pr == 0) continue;  // the deadline, or a liveness check, is due
     if (pfd.revents & (POLLIN | POLLERR | POLLHUP)) {
       if (PQconsumeInput(conn_.get()) == 0) {
         streaming_ = false;
         return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
                                 "; reconnect and resume from the slot");
       }
+      if (pfd.revents & POLLIN) {  // bytes arrived: the server is alive
+        last_received_ = Clock::now();
+        reply_requested_at_.reset();
+      }
     }
   }
+}
+
+Status ReplicationConnection::CheckLiveness(Clock::time_point now, Clock::time_point* next_check) {
+  if (silence_limit_.count() <= 0) return Status::Ok();
+  const auto request_at = last_received_ + silence_limit_ * 3 / 4;
+  if (!reply_requested_at_) {
+    if (now < request_at) {
+      *next_check = std::min(*next_check, request_at);
+      return Status::Ok();
+    }
+    // Ask the server to answer at once (a walsender answers a reply request with a
+    // keepalive): a healthy idle stream is otherwise silent while we report regularly.
+    StandbyStatusUpdate ping = last_status_;
+    ping.client_time = PgTimeNow();
+    ping.reply_requested = true;
+    const std::string msg = EncodeStandbyStatusUpdate(ping);
+    if (PQputCopyData(conn_.get(), msg.data(), static_cast<int>(msg.size())) != 1 ||
+        PQflush(conn_.get()) < 0) {
+      streaming_ = false;
+      return UnavailableError("replication stream of slot " + slot_ +
+                              ": cannot send a reply request: " + PQerrorMessage(conn_.get()) +
+                              "; reconnect and resume from the slot");
+    }
+    reply_requested_at_ = now;
+  }
+  const auto dead_at =
+      std::max(last_received_ + silence_limit_, *reply_requested_at_ + silence_limit_ / 4);
+  if (now < dead_at) {
+    *next_check = std::min(*next_check, dead_at);
+    return Status::Ok();
+  }
+  streaming_ = false;
+  const auto silent_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - last_received_).count();
+  return UnavailableError(
+      "replication stream of slot " + slot_ + ": no message from the server for " +
+      std::to_string(silent_ms / 1000) + "." + std::to_string(silent_ms % 1000 / 100) +
+      " s (wal_sender_timeout " + std::to_string(silence_limit_.count()) +
+      " ms), not even an answer to a reply request: connection presumed dead (half-open); "
+      "reconnecting and resuming from the slot. If this repeats, check the network path "
+      "(firewalls, NAT, proxies dropping idle connections) to the server");
 }
 
 Status ReplicationConnection::SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested) {
   if (!conn_ || !streaming_) {
     return FailedPreconditionError("SendStatus: the connection is not streaming");
   }
+  last_status_ = {write, flush, apply, 0, false};
   const std::string msg =
       EncodeStandbyStatusUpdate({write, flush, apply, PgTimeNow(), reply_requested});
   const int put = PQputCopyData(conn_.get(), msg.data(), static_cast<int>(msg.size()));

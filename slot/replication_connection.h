@@ -15,6 +15,14 @@
 // only what is durable downstream: the server may recycle WAL up to that point, and a
 // restart resumes from max(requested LSN, confirmed_flush_lsn).
 //
+// Liveness: a half-open connection (the peer gone without a RST) would otherwise be
+// noticed only when TCP gives up, minutes to hours later. StartLogical reads
+// wal_sender_timeout (T); when Read has received nothing for 3/4 T it asks the server for
+// a reply (a standby status update repeating the last positions sent, reply requested),
+// and when nothing arrived for T in all and for T/4 since that request, Read fails with
+// kUnavailable ("connection presumed dead"): reconnect and resume from the slot. T = 0
+// (disabled on the server) disables this too.
+//
 // A slot is read by one connection at a time: StartLogical on a slot that another
 // connection streams fails with kFailedPrecondition (SQLSTATE 55006).
 //
@@ -116,16 +124,17 @@ class ReplicationConnection : public FrameSource {
 
   // START_REPLICATION SLOT slot LOGICAL start (options...), e.g.
   // {{"proto_version", "1"}, {"publication_names", "p"}, {"messages", "true"}}.
-  // Option names: [a-z0-9_-]+ (sent double-quoted); values are sent as quoted literals. The server starts at
-  // max(start, confirmed_flush_lsn). Errors: kNotFound (no such slot),
+  // Option names: [a-z0-9_-]+ (sent double-quoted); values are sent as quoted literals. The server
+  // starts at max(start, confirmed_flush_lsn). Errors: kNotFound (no such slot),
   // kFailedPrecondition (slot active for another PID: the message names it),
   // kInvalidArgument / kFailedPrecondition for options the plugin rejects.
   Status StartLogical(std::string_view slot_name, Lsn start,
                       const std::vector<std::pair<std::string, std::string>>& options);
 
   // Waits up to `timeout` (0 = poll once) for the next CopyData. Invalidates the
-  // previous Frame's xlog.data. Errors: kUnavailable (connection lost: restart from the
-  // slot), kDataLoss (malformed framing), or the server's error mapped (pg_error.h).
+  // previous Frame's xlog.data. Errors: kUnavailable (connection lost, or silent past
+  // wal_sender_timeout — see Liveness above: restart from the slot), kDataLoss (malformed
+  // framing), or the server's error mapped (pg_error.h).
   // REQUIRES: streaming().
   Result<Frame> Read(std::chrono::milliseconds timeout) override;
 
@@ -150,9 +159,17 @@ class ReplicationConnection : public FrameSource {
   explicit ReplicationConnection(PgConnPtr conn) : conn_(std::move(conn)) {}
   Result<PgResultPtr> Command(const std::string& command, ExecStatusType expected);
   void FreeCopyBuffer();
+  // Liveness (see the top comment): OK, or kUnavailable when the server is presumed gone.
+  // Sends the reply request when due. Sets `*next_check` to when to look again.
+  Status CheckLiveness(std::chrono::steady_clock::time_point now,
+                       std::chrono::steady_clock::time_point* next_check);
 
   PgConnPtr conn_;
-  char* copy_buf_ = nullptr;  // libpq-allocated; backs the last Frame's xlog.data
+  std::chrono::milliseconds silence_limit_{0};  // wal_sender_timeout; 0 = no check
+  std::chrono::steady_clock::time_point last_received_;
+  std::optional<std::chrono::steady_clock::time_point> reply_requested_at_;
+  StandbyStatusUpdate last_status_{};  // repeated by the reply request
+  char* copy_buf_ = nullptr;           // libpq-allocated; backs the last Frame's xlog.data
   bool streaming_ = false;
   std::string slot_;  // slot being streamed, for messages
 };

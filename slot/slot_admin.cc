@@ -54,8 +54,38 @@ std::optional<uint64_t> SlotInfo::retained_wal_bytes() const {
   return current_wal_lsn > *restart_lsn ? current_wal_lsn.value - restart_lsn->value : 0;
 }
 
+std::string SlotInvalidation(std::string_view wal_status, std::optional<bool> conflicting,
+                             std::string_view invalidation_reason) {
+  if (!invalidation_reason.empty()) return std::string(invalidation_reason);
+  if (conflicting.value_or(false)) return "conflicting";
+  if (wal_status == "lost") return "wal_removed";
+  return "";
+}
+
+std::string ExplainSlotInvalidation(std::string_view reason) {
+  if (reason == "wal_removed") {
+    return "wal_status 'lost': the server removed WAL the slot still needed "
+           "(max_slot_wal_keep_size exceeded while it was not read)";
+  }
+  if (reason == "rows_removed" || reason == "conflicting") {
+    return "invalidated by a conflict with recovery (" + std::string(reason) +
+           "): the primary removed catalog rows the slot still needed (use a physical slot "
+           "with hot_standby_feedback = on between primary and standby)";
+  }
+  if (reason == "wal_level_insufficient") {
+    return "invalidated (wal_level_insufficient): wal_level on the primary was lowered below "
+           "logical";
+  }
+  if (reason == "idle_timeout") {
+    return "invalidated (idle_timeout): it was not read for longer than "
+           "idle_replication_slot_timeout";
+  }
+  return "invalidated (invalidation_reason '" + std::string(reason) + "')";
+}
+
 Result<std::unique_ptr<SlotAdmin>> SlotAdmin::Connect(std::string_view conninfo) {
-  WALRELAY_ASSIGN_OR_RETURN(PgConnPtr conn, ConnectPg(conninfo, "false", "admin connection"));
+  WALRELAY_ASSIGN_OR_RETURN(PgConnPtr conn,
+                            ConnectPg(conninfo, "false", "admin connection", kRelaySession));
   return std::unique_ptr<SlotAdmin>(new SlotAdmin(std::move(conn)));
 }
 
@@ -78,10 +108,13 @@ Result<PgResultPtr> SlotAdmin::Query(std::string_view what, const std::string& s
 
 Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
                                                      const std::vector<std::string>& params) {
+  // `conflicting` exists since PostgreSQL 16, `invalidation_reason` since 17.
+  const int version = PQserverVersion(conn_.get());
   const std::string sql =
       "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
-      "restart_lsn, confirmed_flush_lsn, wal_status, safe_wal_size, pg_current_wal_lsn() "
-      "FROM pg_replication_slots " +
+      "restart_lsn, confirmed_flush_lsn, wal_status, safe_wal_size, pg_current_wal_lsn(), " +
+      std::string(version >= 160000 ? "conflicting, " : "NULL::boolean, ") +
+      (version >= 170000 ? "invalidation_reason " : "NULL::text ") + "FROM pg_replication_slots " +
       where + " ORDER BY slot_name";
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("reading pg_replication_slots", sql, params));
   std::vector<SlotInfo> slots;
@@ -104,6 +137,9 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
       WALRELAY_ASSIGN_OR_RETURN(s.safe_wal_size, ParseInt("safe_wal_size", Value(r.get(), i, 10)));
     }
     s.current_wal_lsn = OptLsn(r.get(), i, 11).value_or(Lsn());
+    std::optional<bool> conflicting;
+    if (!PQgetisnull(r.get(), i, 12)) conflicting = Value(r.get(), i, 12) == "t";
+    s.invalidation_reason = SlotInvalidation(s.wal_status, conflicting, Value(r.get(), i, 13));
     slots.push_back(std::move(s));
   }
   return slots;

@@ -39,6 +39,11 @@ struct SlotInfo {
   // when max_slot_wal_keep_size = -1 (unlimited) or the slot has no restart_lsn.
   std::optional<int64_t> safe_wal_size;
   Lsn current_wal_lsn;  // pg_current_wal_lsn()
+  // Why the server invalidated the slot (SlotInvalidation); empty while it is valid. An
+  // invalidated slot can no longer stream: it must be dropped and made anew.
+  std::string invalidation_reason;
+
+  bool invalidated() const { return !invalidation_reason.empty(); }
 
   // current_wal_lsn - confirmed_flush_lsn (0 if ahead); nullopt without a confirmed LSN.
   std::optional<uint64_t> confirmed_lag_bytes() const;
@@ -71,6 +76,19 @@ struct PublicationCheck {
   Status Verdict(std::string_view publication, bool may_create) const;
 };
 
+// The invalidation reason of a slot from the pg_replication_slots columns its server has,
+// in PostgreSQL 17's invalidation_reason words: "wal_removed" (max_slot_wal_keep_size;
+// wal_status 'lost', PostgreSQL 14+), "rows_removed" and "wal_level_insufficient"
+// (conflicts with recovery on a standby), "idle_timeout" (18: idle_replication_slot_timeout);
+// PostgreSQL 16 tells a conflict only by `conflicting` = true, reported as "conflicting".
+// `invalidation_reason` (17+) wins over `conflicting` (16+) over `wal_status`. Empty: valid.
+// Only wal_status is exercised against a live server in the tests (PostgreSQL 15).
+std::string SlotInvalidation(std::string_view wal_status, std::optional<bool> conflicting,
+                             std::string_view invalidation_reason);
+
+// One sentence for an operator: what the reason means and what caused it.
+std::string ExplainSlotInvalidation(std::string_view reason);
+
 struct ServerSettings {
   std::string wal_level;
   int64_t max_slot_wal_keep_size_bytes = -1;  // -1 = unlimited
@@ -82,7 +100,8 @@ struct ServerSettings {
 
 class SlotAdmin {
  public:
-  // `conninfo`: any libpq keyword/value string or URI; replication is forced off.
+  // `conninfo`: any libpq keyword/value string or URI; replication is forced off. The
+  // session runs with kRelaySession (pg_error.h): local commits, 30 s statement timeout.
   static Result<std::unique_ptr<SlotAdmin>> Connect(std::string_view conninfo);
 
   // Resolves configured table names as the server does (to_regclass: SQL name rules,

@@ -18,7 +18,9 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
       sql.push_back(relay::OutboxTableDdl(t));
     }
   }
-  sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
+  sql.push_back(
+      relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
+  sql.push_back(relay::ProgressTableDdl(QuoteQualifiedName(config.progress_table)));
   if (!config.tables.empty()) {
     std::string list;
     for (const auto& t : config.tables) {
@@ -33,7 +35,8 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
                   " WITH (publish_via_partition_root = true);\n  END IF;\nEND $$");
   }
   sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) +
-                ", 'pgoutput') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
+                ", " + QuoteLiteral(config.plugin) +
+                ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
                 "slot_name = " +
                 QuoteLiteral(config.slot) + ")");
   return sql;
@@ -60,8 +63,9 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
                  "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf(); and "
                  "alert on slot lag (see README, Operations).\n";
   }
-  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                            slot::ConnectPg(conninfo, nullptr, "setup connection"));
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, nullptr, "setup connection", slot::kRelaySession));
   for (const auto& s : statements) {
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
     std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")

@@ -1,6 +1,6 @@
 // `walrelay setup`: creates, idempotently, what `walrelay run` needs in the source
-// database — the outbox tables (documented schema), the dead-letter table, the
-// publication and the logical slot — and checks the server settings, explaining what to
+// database — the outbox tables (documented schema), the dead-letter and progress tables,
+// the publication and the logical slot (of source.plugin) — and checks the server settings, explaining what to
 // change. `--dry-run` prints the SQL instead of running it.
 #pragma once
 

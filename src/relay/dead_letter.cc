@@ -18,12 +18,12 @@ Status LoggingDeadLetterSink::Write(const DeadLetter& l) {
 Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::string& conninfo,
                                                                  const std::string& table,
                                                                  const std::string& slot) {
-  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                            slot::ConnectPg(conninfo, nullptr, "dead-letter connection"));
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, nullptr, "dead-letter connection", slot::kRelaySession));
   const std::string t = QuoteQualifiedName(table);
-  WALRELAY_RETURN_IF_ERROR(
-      slot::ExecPg(conn.get(), DeadLetterTableDdl(t), {}, "creating dead-letter table " + table)
-          .status());
+  WALRELAY_RETURN_IF_ERROR(slot::CreateTableIfMissing(conn.get(), t, DeadLetterTableDdl(t),
+                                                      "creating dead-letter table " + table));
   std::string insert =
       "INSERT INTO " + t +
       " (slot, source, commit_lsn, ordinal, xid, event_id, aggregate_id, event_type, topic,"

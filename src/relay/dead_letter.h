@@ -55,8 +55,9 @@ class LoggingDeadLetterSink : public DeadLetterSink {
 
 class DeadLetterWriter : public DeadLetterSink {
  public:
-  // Connects (normal connection) and creates the table when missing. `table` may be
-  // schema-qualified.
+  // Connects (normal connection, slot::kRelaySession) and creates the table only when it
+  // is missing (a role with INSERT and SELECT on an existing table needs no CREATE on its
+  // schema). `table` may be schema-qualified.
   static Result<std::unique_ptr<DeadLetterWriter>> Open(const std::string& conninfo,
                                                         const std::string& table,
                                                         const std::string& slot);

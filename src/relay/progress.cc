@@ -7,13 +7,14 @@
 namespace walrelay::relay {
 Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const std::string& conninfo,
                                                            const std::string& table) {
-  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                            slot::ConnectPg(conninfo, nullptr, "progress store connection"));
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, nullptr, "progress store connection", slot::kRelaySession));
   std::unique_ptr<ProgressStore> store(
       new ProgressStore(std::move(conn), QuoteQualifiedName(table)));
-  WALRELAY_RETURN_IF_ERROR(
-      store->Exec(ProgressTableDdl(store->table_), {}, "creating the progress table " + table)
-          .status());
+  WALRELAY_RETURN_IF_ERROR(slot::CreateTableIfMissing(store->conn_.get(), store->table_,
+                                                      ProgressTableDdl(store->table_),
+                                                      "creating the progress table " + table));
   return store;
 }
 

@@ -18,6 +18,7 @@
 #include "src/relay/plugin_options.h"
 #include "src/relay/progress.h"
 #include "src/relay/recovery.h"
+#include "src/relay/schema.h"
 #include "src/relay/slot_guard.h"
 
 namespace walrelay::relay {
@@ -53,6 +54,24 @@ bool Retryable(const Status& st) {
     default:
       return false;
   }
+}
+
+// CREATE_REPLICATION_SLOT for a slot found missing. 42710 (duplicate_object) means another
+// relay created it in between: it streams the slot now, so wait and retry (kUnavailable);
+// the next session finds the slot and waits while the other relay reads it.
+Result<slot::CreatedSlot> CreateMissingSlot(slot::ReplicationConnection& conn,
+                                            const RelayConfig& config, bool export_snapshot) {
+  auto created =
+      conn.CreateLogicalSlot(config.slot, config.plugin, /*temporary=*/false, export_snapshot);
+  if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    return UnavailableError(
+        "replication slot " + config.slot +
+        " was created by another session between this relay's check and its "
+        "CREATE_REPLICATION_SLOT (another walrelay starting on the same slot?): waiting and "
+        "retrying; this relay streams once the other one stops reading the slot (" +
+        created.status().message() + ")");
+  }
+  return created;
 }
 
 }  // namespace
@@ -145,7 +164,7 @@ Status Relay::Session::Start() {
     return existing.status();
   }
   const bool missing = !existing.ok();
-  const bool lost = existing.ok() && existing->wal_status == "lost";
+  const bool lost = existing.ok() && existing->invalidated();
   if (existing.ok() && !existing->plugin.empty() && existing->plugin != config_.plugin) {
     return InvalidArgumentError("replication slot " + config_.slot + " uses plugin " +
                                 existing->plugin + ", but --source-plugin is " + config_.plugin);
@@ -158,19 +177,20 @@ Status Relay::Session::Start() {
                                      " does not exist: run `walrelay setup` or set "
                                      "--source-create-slot true");
     }
-    WALRELAY_ASSIGN_OR_RETURN(auto created,
-                              conn_->CreateLogicalSlot(config_.slot, config_.plugin, false, false));
+    WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, false));
     spdlog::info("created logical slot {} at {}", config_.slot,
                  created.consistent_point.ToString());
   } else if (lost) {
-    return FailedPreconditionError(
-        "replication slot " + config_.slot +
-        " is lost (wal_status 'lost': PostgreSQL removed WAL it needed, see "
-        "max_slot_wal_keep_size) and no walrelay progress is recorded for it, so the rows to "
-        "republish are unknown: drop the slot (SELECT pg_drop_replication_slot('" +
-        config_.slot +
-        "')) and republish from the outbox table by hand, or restart with a "
-        "new slot");
+    // No session can fix this: DataLoss ends Run() instead of retrying.
+    return DataLossError(
+        "replication slot " + config_.slot + " is " +
+        slot::ExplainSlotInvalidation(existing->invalidation_reason) +
+        "; no walrelay progress is recorded for it, so the events it had not delivered are "
+        "unknown and recovery cannot republish them. Fix: drop the slot (SELECT "
+        "pg_drop_replication_slot(" +
+        QuoteLiteral(config_.slot) +
+        ")), republish the outbox rows from the table by hand (docs/operations.md, section 2) "
+        "and start walrelay again: it creates a new slot");
   }
 
   Pipeline::Options pipeline_options;
@@ -211,8 +231,7 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
       progress.recovering ? " (an earlier recovery did not finish)" : "");
   WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, true));
   if (!missing) WALRELAY_RETURN_IF_ERROR(admin_->DropSlot(config_.slot));
-  WALRELAY_ASSIGN_OR_RETURN(auto created,
-                            conn_->CreateLogicalSlot(config_.slot, config_.plugin, false, true));
+  WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, true));
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
       Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, progress, *sink_,

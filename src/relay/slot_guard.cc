@@ -11,6 +11,7 @@
 #include "base/sql.h"
 #include "slot/pg_error.h"
 #include "src/relay/metric_names.h"
+#include "src/relay/schema.h"
 
 namespace walrelay::relay {
 namespace {
@@ -191,11 +192,10 @@ SlotEvaluation EvaluateSlot(const slot::SlotInfo& slot, int64_t max_keep, const 
   e.critical_bytes = critical.Resolve(max_keep);
   e.measured_bytes = slot.retained_wal_bytes();
   if (!e.measured_bytes) e.measured_bytes = slot.confirmed_lag_bytes();
-  if (slot.wal_status == "lost") {
+  if (slot.invalidated()) {
     e.state = SlotState::kLost;
     e.reason =
-        "wal_status is 'lost': the server removed WAL the slot needed; the slot can no longer "
-        "stream";
+        "the slot can no longer stream: " + slot::ExplainSlotInvalidation(slot.invalidation_reason);
     return e;
   }
   if (e.critical_bytes && e.measured_bytes && *e.measured_bytes >= *e.critical_bytes) {
@@ -461,13 +461,12 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   auto info = admin->GetSlot(config.slot);
   if (info.ok()) {
     report.slot = *info;
-    if (info->wal_status == "lost") {
+    if (info->invalidated()) {
       report.slot_lost = true;
       std::string msg =
-          "replication slot \"" + config.slot +
-          "\" is invalidated (wal_status 'lost'): the server removed WAL it still needed "
-          "(max_slot_wal_keep_size exceeded while it was not read), so changes after its "
-          "confirmed_flush_lsn " +
+          "replication slot \"" + config.slot + "\" is invalidated, " +
+          slot::ExplainSlotInvalidation(info->invalidation_reason) +
+          "; so changes after its confirmed_flush_lsn " +
           (info->confirmed_flush_lsn ? info->confirmed_flush_lsn->ToString() : "(unknown)") +
           " can no longer be streamed. Recovery: rows still in the outbox table must be "
           "re-published from the table (walrelay's lost-slot recovery does this), then the "
@@ -483,12 +482,13 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
            "\" has wal_status 'unreserved': it is past max_slot_wal_keep_size and the next "
            "checkpoint invalidates it unless walrelay catches up first");
     }
-    if (info->slot_type != "logical" || (!info->plugin.empty() && info->plugin != "pgoutput")) {
+    if (info->slot_type != "logical" || (!info->plugin.empty() && info->plugin != config.plugin)) {
       return FailedPreconditionError(
           "replication slot \"" + config.slot + "\" is a " + info->slot_type + " slot" +
           (info->plugin.empty() ? "" : " with plugin " + info->plugin) +
-          "; walrelay needs a logical pgoutput slot. Fix: use another slot name, or drop it "
-          "with SELECT pg_drop_replication_slot(" +
+          "; walrelay is configured for a logical " + config.plugin +
+          " slot (source.plugin). Fix: set source.plugin to the slot's plugin, use another "
+          "slot name, or drop it with SELECT pg_drop_replication_slot(" +
           QuoteLiteral(config.slot) + ") if nothing else uses it");
     }
   } else if (info.status().code() == StatusCode::kNotFound) {
@@ -497,7 +497,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "replication slot \"" + config.slot +
           "\" does not exist and create_slot is off. Fix: turn create_slot on, or SELECT "
           "pg_create_logical_replication_slot(" +
-          QuoteLiteral(config.slot) + ", 'pgoutput');");
+          QuoteLiteral(config.slot) + ", " + QuoteLiteral(config.plugin) + ");");
     }
   } else {
     return info.status();

@@ -205,7 +205,10 @@ struct StartupReport {
 //   2. REPLICATION privilege of the role        else kPermissionDenied
 //   3. max_slot_wal_keep_size = -1              a loud warning (disk-fill risk)
 //   4. the slot: missing and create_slot off    kFailedPrecondition;
-//                wal_status = 'lost'            kFailedPrecondition (or a warning, see
+//                not logical, or its plugin is  kFailedPrecondition
+//                not config.plugin
+//                invalidated (wal_status 'lost' kFailedPrecondition (or a warning, see
+//                or invalidation_reason)
 //                                               lost_slot_is_error); 'unreserved' warns
 //   5. the publication covers config.tables     missing table: kNotFound; a partition
 //      (resolved as SQL does, by OID)           or not a table, a table not in the

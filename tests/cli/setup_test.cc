@@ -76,6 +76,13 @@ TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
   EXPECT_NE(r.output.find("max_slot_wal_keep_size = -1"), std::string::npos) << r.output;
 }
 
+TEST_F(SetupTest, CreatesTheSlotOfTheConfiguredPlugin) {
+  CommandResult r = RunWalrelay("setup " + dsn_ + " --source-plugin wal2json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Scalar("SELECT plugin FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+            "wal2json");
+}
+
 TEST_F(SetupTest, WrongWalLevelIsExplained) {
   ASSERT_TRUE(pg_->Exec("ALTER SYSTEM SET wal_level = replica").ok());
   ASSERT_TRUE(pg_->Restart().ok());

@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <libpq-fe.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/tcp_proxy.h"
 
 namespace walrelay::relay {
 namespace {
@@ -357,6 +359,22 @@ class RecoveryTest : public RelayTest {
   std::vector<std::string> ServerSettings() const override {
     return {"max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB"};
   }
+  // Writes WAL, switches segments and checkpoints until slot 'walrelay' is lost.
+  void LoseSlot() {
+    ASSERT_TRUE(pg_->Exec("CREATE TABLE IF NOT EXISTS churn (filler text)").ok());
+    for (int i = 0; i < 40; ++i) {
+      auto status = pg_->QueryScalar(
+          "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'");
+      ASSERT_TRUE(status.ok());
+      if (*status == "lost") break;
+      ASSERT_TRUE(pg_->Exec("INSERT INTO churn SELECT repeat(md5(g::text), 30) FROM "
+                            "generate_series(1, 2000) g; SELECT pg_switch_wal(); CHECKPOINT;")
+                      .ok());
+    }
+    ASSERT_EQ(*pg_->QueryScalar(
+                  "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+              "lost");
+  }
 };
 
 TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
@@ -366,19 +384,8 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
   StopRelay();  // records its progress on the way out
 
   WriteEvents(1000, 20, 100);  // 2,000 events while no one reads the slot
-  ASSERT_TRUE(pg_->Exec("CREATE TABLE churn (filler text)").ok());
-  for (int i = 0; i < 40; ++i) {
-    auto status = pg_->QueryScalar(
-        "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'");
-    ASSERT_TRUE(status.ok());
-    if (*status == "lost") break;
-    ASSERT_TRUE(pg_->Exec("INSERT INTO churn SELECT repeat(md5(g::text), 30) FROM "
-                          "generate_series(1, 2000) g; SELECT pg_switch_wal(); CHECKPOINT;")
-                    .ok());
-  }
-  ASSERT_EQ(
-      *pg_->QueryScalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
-      "lost");
+  LoseSlot();
+  ASSERT_FALSE(HasFailure());
 
   StartRelay();
   WriteEvents(3000, 5, 100);  // 500 events after recovery
@@ -390,6 +397,165 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
       "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
   ASSERT_TRUE(recovering.ok());
   EXPECT_EQ(*recovering, "f");
+}
+
+// synchronous_standby_names = '*' makes every walsender a synchronous standby, the relay's
+// own included: a COMMIT with synchronous_commit = on then waits until the relay confirms
+// it. The relay's own writes on its streaming thread (progress, dead letters) must not wait
+// for the relay itself.
+class SyncStandbyTest : public RelayTest {
+ protected:
+  std::vector<std::string> ServerSettings() const override {
+    return {"synchronous_commit=on", "synchronous_standby_names=*"};
+  }
+  void SetUp() override {
+    // What `walrelay setup` made earlier, committed while no standby exists yet (such a
+    // commit would wait for one): the relay then writes only once it streams.
+    ::setenv("PGOPTIONS", "-c synchronous_commit=local", 1);
+    RelayTest::SetUp();
+    ASSERT_TRUE(pg_->Exec(DeadLetterTableDdl(QuoteIdentifier(config_.dead_letter_table))).ok());
+    ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
+    ASSERT_TRUE(pg_->Exec("CREATE PUBLICATION walrelay_outbox FOR TABLE outbox").ok());
+    ASSERT_TRUE(pg_->Exec("ALTER TABLE outbox ALTER COLUMN aggregate_id DROP NOT NULL").ok());
+    ::unsetenv("PGOPTIONS");
+  }
+  void TearDown() override {
+    // A relay waiting for itself never returns from a COMMIT: ending the server frees it.
+    if (HasFailure() && pg_) (void)pg_->Stop(testing::TestCluster::StopMode::kImmediate);
+    RelayTest::TearDown();
+  }
+};
+
+TEST_F(SyncStandbyTest, RelaysOwnWritesDoNotWaitForItsOwnWalsender) {
+  StartRelay();
+  ASSERT_FALSE(HasFailure());
+  // The relay's walsender is the synchronous standby: the scenario is real.
+  std::string sync_state;
+  for (int i = 0; i < 200 && sync_state != "sync"; ++i, std::this_thread::sleep_for(50ms)) {
+    auto state = pg_->QueryScalar("SELECT sync_state FROM pg_stat_replication");
+    sync_state = state.ok() ? *state : "";
+  }
+  ASSERT_EQ(sync_state, "sync");
+  // The application's writes commit locally here, so the test never waits for the relay.
+  for (int t = 0; t < 5; ++t) {
+    ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
+                          "aggregate_id, event_type, payload) SELECT 'payment', 'agg-' || g, "
+                          "'PaymentCaptured', jsonb_build_object('seq', g) FROM "
+                          "generate_series(1, 100) g")
+                    .ok());
+  }
+  // An unmappable row: its dead-letter write commits on the streaming thread.
+  ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
+                        "aggregate_id, event_type, payload) VALUES ('payment', NULL, 'NullKey', "
+                        "'{}')")
+                  .ok());
+  EXPECT_EQ(DistinctEventIds(500, 30s).size(), 500u);
+  // Progress is saved every 2 s once events are confirmed: wait past a save, then check
+  // the slot still confirms what is written after it.
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << "the relay stopped confirming";
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
+                        "aggregate_id, event_type, payload) VALUES ('payment', 'a', 'After', "
+                        "'{}')")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << "the relay stopped confirming";
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "1");
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_progress WHERE last_id IS NOT NULL"),
+            "1");
+}
+
+// A lost slot that walrelay never recorded progress for (made by hand or by setup): no
+// session can fix it, so Run() ends with the fix instead of retrying forever.
+TEST_F(RecoveryTest, LostSlotWithoutProgressEndsTheRunWithTheFix) {
+  ASSERT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
+  WriteEvents(0, 5, 100);
+  LoseSlot();
+  ASSERT_FALSE(HasFailure());
+  relay_ = std::make_unique<Relay>(config_);
+  std::atomic<bool> returned{false};
+  thread_ = std::thread([this, &returned] {
+    run_status_ = relay_->Run();
+    returned.store(true);
+  });
+  for (int i = 0; i < 600 && !returned.load(); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(returned.load()) << "Run() kept retrying a lost slot it cannot recover";
+  StopRelay();
+  EXPECT_EQ(run_status_.code(), StatusCode::kDataLoss) << run_status_.ToString();
+  EXPECT_NE(run_status_.message().find("no walrelay progress is recorded"), std::string::npos)
+      << run_status_.message();
+  EXPECT_NE(run_status_.message().find("pg_drop_replication_slot('walrelay')"), std::string::npos)
+      << run_status_.message();
+}
+
+// Two relays start on a missing slot; the other one creates it between this relay's check
+// and its CREATE_REPLICATION_SLOT (42710). Deterministically: this relay has progress
+// recorded (so it takes the recovery path), the test holds a SHARE lock on the progress
+// table so the relay blocks writing it just before creating the slot, creates the slot
+// itself meanwhile, then lets go. The relay must wait and retry, not exit.
+TEST_F(RelayTest, RelayLosingTheRaceToCreateTheSlotRetries) {
+  ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, last_id) VALUES "
+                        "('walrelay', 'public.outbox', 0)")
+                  .ok());
+  PGconn* lock = PQconnectdb(pg_->conninfo().c_str());
+  ASSERT_EQ(PQstatus(lock), CONNECTION_OK);
+  PQclear(PQexec(lock, "BEGIN"));
+  PGresult* locked = PQexec(lock, "LOCK TABLE walrelay_progress IN SHARE MODE");
+  ASSERT_EQ(PQresultStatus(locked), PGRES_COMMAND_OK) << PQerrorMessage(lock);
+  PQclear(locked);
+
+  relay_ = std::make_unique<Relay>(config_);
+  std::atomic<bool> returned{false};
+  thread_ = std::thread([this, &returned] {
+    run_status_ = relay_->Run();
+    returned.store(true);
+  });
+  std::string waiting = "0";
+  for (int i = 0; i < 600 && waiting == "0" && !returned.load(); ++i) {
+    std::this_thread::sleep_for(50ms);
+    auto w = pg_->QueryScalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+        "'%walrelay_progress%'");
+    waiting = w.ok() ? *w : "0";
+  }
+  EXPECT_EQ(waiting, "1") << "the relay did not reach the progress write";
+  EXPECT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
+  PQclear(PQexec(lock, "COMMIT"));
+  PQfinish(lock);
+
+  for (int i = 0; i < 600 && relay_->stats().streaming.load() == 0 && !returned.load(); ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(returned.load()) << "the relay exited: " << run_status_.ToString();
+  EXPECT_EQ(relay_->stats().streaming.load(), 1);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  WriteEvents(0, 1, 10);
+  EXPECT_TRUE(WaitConfirmedPastCurrent(30s));
+}
+
+// The network path to the server dies without a RST (a frozen proxy): the relay notices the
+// silence after about wal_sender_timeout, reconnects (new connections get through) and
+// delivers what was written meanwhile.
+class HalfOpenTest : public RelayTest {
+ protected:
+  std::vector<std::string> ServerSettings() const override { return {"wal_sender_timeout=2s"}; }
+};
+
+TEST_F(HalfOpenTest, SilentConnectionIsReplacedAndNothingIsLost) {
+  auto proxy = testing::TcpProxy::Start(pg_->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  config_.source_dsn = pg_->tcp_conninfo() + " port=" + std::to_string((*proxy)->port());
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  std::this_thread::sleep_for(2500ms);  // past the progress save that follows
+  const uint64_t restarts = relay_->stats().restarts.load();
+  (*proxy)->Freeze();
+  WriteEvents(500, 5, 100);
+  EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << "the relay did not replace the dead connection";
+  EXPECT_GT(relay_->stats().restarts.load(), restarts);
+  EXPECT_EQ(DistinctEventIds(1000, 30s).size(), 1000u);
+  (*proxy)->Thaw();  // frees what still waits on a frozen connection (the slot guard's poll)
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ slot::SlotInfo FakeSlot(uint64_t current, uint64_t restart, std::string wal_stat
   s.restart_lsn = Lsn(restart);
   s.confirmed_flush_lsn = Lsn(restart);
   s.wal_status = std::move(wal_status);
+  s.invalidation_reason = slot::SlotInvalidation(s.wal_status, std::nullopt, "");
   return s;
 }
 
@@ -90,6 +91,13 @@ TEST(EvaluateSlotTest, StatesFollowRetainedBytesAndWalStatus) {
   slot::SlotInfo lost = FakeSlot(1, 0, "lost");
   lost.restart_lsn.reset();
   EXPECT_EQ(EvaluateSlot(lost, keep, warn, crit).state, SlotState::kLost);
+  // Invalidated for another reason (PostgreSQL 16+: conflict, 18: idle timeout) while
+  // wal_status still reads 'reserved': lost all the same, and the reason says why.
+  slot::SlotInfo idle = FakeSlot(1, 0, "reserved");
+  idle.invalidation_reason = "idle_timeout";
+  auto e = EvaluateSlot(idle, keep, warn, crit);
+  EXPECT_EQ(e.state, SlotState::kLost);
+  EXPECT_NE(e.reason.find("idle_replication_slot_timeout"), std::string::npos) << e.reason;
   EXPECT_EQ(EvaluateSlot(FakeSlot(1 << 30, 0), keep, Threshold::None(), Threshold::None()).state,
             SlotState::kOk);
   EXPECT_EQ(SlotStateSeverity(SlotState::kLost), 2);
@@ -312,6 +320,37 @@ TEST_F(SlotGuardTest, StartupChecksNameTheFix) {
   // Unreachable server.
   config.source_dsn = "host=127.0.0.1 port=1 connect_timeout=2";
   EXPECT_EQ(StartupChecks(config).status().code(), StatusCode::kUnavailable);
+}
+
+// `--source-plugin wal2json` must start again on the wal2json slot it created.
+TEST_F(SlotGuardTest, StartupChecksAcceptTheConfiguredPluginOnly) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("DROP PUBLICATION IF EXISTS startup_pub; CREATE PUBLICATION startup_pub "
+                         "FOR TABLE outbox")
+                  .ok());
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('startup_slot', 'wal2json')").ok());
+  RelayConfig config = ConfigFor(*cluster_);
+  config.plugin = "wal2json";
+  auto r = StartupChecks(config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->slot.has_value());
+  EXPECT_EQ(r->slot->plugin, "wal2json");
+  // The same slot under pgoutput is refused, naming both plugins and the fix.
+  config.plugin = "pgoutput";
+  Status st = StartupChecks(config).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("with plugin wal2json"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("logical pgoutput slot (source.plugin)"), std::string::npos)
+      << st.message();
+  // A missing slot with create_slot off names the configured plugin in the fix.
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('startup_slot')").ok());
+  config.plugin = "wal2json";
+  config.create_slot = false;
+  st = StartupChecks(config).status();
+  EXPECT_NE(st.message().find("pg_create_logical_replication_slot('startup_slot', 'wal2json')"),
+            std::string::npos)
+      << st.message();
 }
 
 TEST(StartupChecksWalLevelTest, ReplicaIsRefusedWithTheFix) {

@@ -3,6 +3,7 @@
 // throwaway PostgreSQL, each with its own slot and topic, into one mock Kafka cluster).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <thread>
 
@@ -111,6 +112,22 @@ TEST(Wal2JsonRelayTest, SameEventsAsPgoutput) {
   t_wj.join();
   EXPECT_TRUE(st_pg.ok()) << st_pg.ToString();
   EXPECT_TRUE(st_wj.ok()) << st_wj.ToString();
+
+  // The wal2json relay starts again on the wal2json slot its first run created.
+  auto again = make("wal2json", "wj");
+  Status st_again;
+  std::atomic<bool> returned{false};
+  std::thread t_again([&] {
+    st_again = again->Run();
+    returned.store(true);
+  });
+  for (int i = 0; i < 500 && again->stats().streaming.load() == 0 && !returned.load(); ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(again->stats().streaming.load(), 1) << "the second wal2json run did not stream";
+  again->RequestStop();
+  t_again.join();
+  EXPECT_TRUE(st_again.ok()) << st_again.ToString();
 
   auto a = ConsumeAll(kafka.bootstraps(), "pg.payment", kPartitions, kExpected, 30s);
   auto b = ConsumeAll(kafka.bootstraps(), "wj.payment", kPartitions, kExpected, 30s);

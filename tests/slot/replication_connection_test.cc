@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/support/pg_cluster.h"
+#include "tests/support/tcp_proxy.h"
 
 namespace walrelay::slot {
 namespace {
@@ -316,6 +317,56 @@ TEST(ReplicationConnectionWalLevelTest, WalLevelReplicaIsFailedPrecondition) {
   EXPECT_EQ(slot.status().code(), StatusCode::kFailedPrecondition) << slot.status().ToString();
   EXPECT_NE(slot.status().message().find("wal_level = logical"), std::string::npos)
       << slot.status().message();
+}
+
+// A half-open connection: the proxy between client and server stops forwarding without
+// closing anything, as when a network path dies without a RST. Read must give up after
+// about wal_sender_timeout of silence instead of waiting for TCP (minutes to hours), and
+// must not give up on a healthy idle stream whose client reports regularly (the server
+// then sends nothing on its own: only the client's reply requests keep it talking).
+TEST(ReplicationConnectionLivenessTest, SilenceLongerThanWalSenderTimeoutIsADeadConnection) {
+  auto cluster = TestCluster::Start({.settings = {"wal_sender_timeout=2s"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  ASSERT_TRUE((*cluster)
+                  ->Exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR "
+                         "TABLE t")
+                  .ok());
+  auto proxy = testing::TcpProxy::Start((*cluster)->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  auto conn = ReplicationConnection::Connect((*cluster)->tcp_conninfo() +
+                                             " port=" + std::to_string((*proxy)->port()) +
+                                             " replication=database");
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  ASSERT_EQ((*proxy)->connections(), 1);
+  ASSERT_TRUE((*conn)->CreateLogicalSlot("live_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE((*conn)->StartLogical("live_slot", Lsn(), kPgoutputOptions).ok());
+
+  // Like the relay: a status every 500 ms, reads in between. 6 s = 3 x wal_sender_timeout.
+  auto run = [&](std::chrono::seconds budget) -> Status {
+    const auto until = std::chrono::steady_clock::now() + budget;
+    while (std::chrono::steady_clock::now() < until) {
+      WALRELAY_RETURN_IF_ERROR((*conn)->SendStatus(Lsn(), Lsn(), Lsn()));
+      for (int i = 0; i < 5; ++i) {
+        WALRELAY_ASSIGN_OR_RETURN(Frame f, (*conn)->Read(milliseconds(100)));
+        if (f.kind == Frame::Kind::kEndOfStream) return UnavailableError("end of stream");
+      }
+    }
+    return Status::Ok();
+  };
+  Status healthy = run(std::chrono::seconds(6));
+  EXPECT_TRUE(healthy.ok()) << "a healthy idle stream was given up: " << healthy.ToString();
+
+  (*proxy)->Freeze();
+  const auto frozen_at = std::chrono::steady_clock::now();
+  Status dead = run(std::chrono::seconds(20));
+  const auto noticed_after = std::chrono::steady_clock::now() - frozen_at;
+  EXPECT_EQ(dead.code(), StatusCode::kUnavailable) << dead.ToString();
+  EXPECT_NE(dead.message().find("no message from the server for"), std::string::npos)
+      << dead.message();
+  EXPECT_NE(dead.message().find("connection presumed dead"), std::string::npos);
+  // Not a speed assertion: the silence must be noticed at all, long before TCP would.
+  EXPECT_LT(noticed_after, std::chrono::seconds(20));
+  (*proxy)->Thaw();
 }
 
 }  // namespace

@@ -271,5 +271,29 @@ TEST_F(SlotAdminTest, LostServerIsUnavailable) {
   EXPECT_EQ(SlotAdmin::Connect((*c)->conninfo()).status().code(), StatusCode::kUnavailable);
 }
 
+// Only wal_status exists on the PostgreSQL 15 the tests run: the 16+ and 17+ columns are
+// covered here, from the values those servers return, and untested live.
+TEST(SlotInvalidationTest, ReasonFromTheColumnsOfEachServerVersion) {
+  EXPECT_EQ(SlotInvalidation("reserved", std::nullopt, ""), "");
+  EXPECT_EQ(SlotInvalidation("", std::nullopt, ""), "");
+  EXPECT_EQ(SlotInvalidation("lost", std::nullopt, ""), "wal_removed");           // 14, 15
+  EXPECT_EQ(SlotInvalidation("reserved", false, ""), "");                         // 16, valid
+  EXPECT_EQ(SlotInvalidation("reserved", true, ""), "conflicting");               // 16, conflict
+  EXPECT_EQ(SlotInvalidation("lost", false, ""), "wal_removed");                  // 16, WAL removed
+  EXPECT_EQ(SlotInvalidation("reserved", true, "rows_removed"), "rows_removed");  // 17
+  EXPECT_EQ(SlotInvalidation("lost", std::nullopt, "wal_removed"), "wal_removed");
+  EXPECT_EQ(SlotInvalidation("extended", false, "idle_timeout"), "idle_timeout");  // 18
+  SlotInfo s;
+  s.invalidation_reason = "idle_timeout";
+  EXPECT_TRUE(s.invalidated());
+  EXPECT_NE(ExplainSlotInvalidation("idle_timeout").find("idle_replication_slot_timeout"),
+            std::string::npos);
+  EXPECT_NE(ExplainSlotInvalidation("rows_removed").find("hot_standby_feedback"),
+            std::string::npos);
+  EXPECT_NE(ExplainSlotInvalidation("wal_removed").find("max_slot_wal_keep_size"),
+            std::string::npos);
+  EXPECT_NE(ExplainSlotInvalidation("future_reason").find("'future_reason'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace walrelay::slot
