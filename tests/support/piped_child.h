@@ -6,7 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,23 +20,29 @@ namespace walrelay::testing {
 
 class PipedChild {
  public:
+  // Starts args[0] with args. The child gets SIGKILL when the thread that started it
+  // ends (PR_SET_PDEATHSIG), so a test that dies leaves no child behind.
   bool Start(std::vector<std::string> args) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {  // only async-signal-safe calls until exec
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      execve(argv[0], argv.data(), environ);
+      _exit(127);
+    }
     close(in[0]);
     close(out[1]);
     stdin_ = in[1];
     stdout_ = out[0];
-    return rc == 0;
+    return pid_ > 0;
   }
 
   ~PipedChild() {
