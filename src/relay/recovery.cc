@@ -98,6 +98,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         if (!mapped.ok()) {
           DeadLetter l;
           l.source = table;
+          l.recovered = true;
           l.commit_lsn = consistent_point;
           l.ordinal = ordinal++;
           l.event_id = event.event_id;
@@ -133,6 +134,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
           DeadLetter l;
           l.source = table;
+          l.recovered = true;
           l.commit_lsn = consistent_point;
           l.ordinal = ordinal - 1;
           l.event_id = event.event_id;

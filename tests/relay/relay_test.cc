@@ -13,6 +13,7 @@
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
 #include "src/metrics/registry.h"
+#include "src/relay/dead_letter.h"
 #include "src/relay/position.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
@@ -490,6 +491,49 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
       "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
   ASSERT_TRUE(recovering.ok());
   EXPECT_EQ(*recovering, "f");
+}
+
+// Issue 10, item 5: lost-slot recovery dead-letters an unmappable row under the new
+// slot's consistent point and the row's place in the backfill; a streamed transaction
+// whose commit record starts exactly at that point (it committed right after the slot
+// became consistent) dead-letters its first row under the same LSN and ordinal. Keyed by
+// (slot, commit_lsn, ordinal) alone, ON CONFLICT DO NOTHING dropped the second letter —
+// and its row had nowhere else to go. Also: a table of the earlier shape is migrated.
+TEST_F(RelayTest, RecoveryAndStreamedDeadLettersAtOneLsnAreBothKept) {
+  // The table as earlier versions created it.
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE walrelay_dead_letter (id bigint GENERATED ALWAYS AS "
+                        "IDENTITY PRIMARY KEY, dead_at timestamptz NOT NULL DEFAULT now(), slot "
+                        "text NOT NULL, source text NOT NULL, commit_lsn pg_lsn NOT NULL, ordinal "
+                        "int NOT NULL, xid bigint, event_id text, aggregate_id text, event_type "
+                        "text, topic text, reason text NOT NULL, payload text, UNIQUE (slot, "
+                        "commit_lsn, ordinal))")
+                  .ok());
+  auto writer = DeadLetterWriter::Open(pg_->conninfo(), "walrelay_dead_letter", "walrelay");
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  DeadLetter recovered;
+  recovered.source = "public.outbox";
+  recovered.recovered = true;
+  recovered.commit_lsn = *Lsn::Parse("0/2000230");
+  recovered.ordinal = 0;
+  recovered.event_id = "recovered-row";
+  recovered.reason = "headers must be a JSON object";
+  DeadLetter streamed = recovered;
+  streamed.recovered = false;
+  streamed.xid = 1234;
+  streamed.event_id = "streamed-row";
+  ASSERT_TRUE((*writer)->Write(recovered).ok());
+  ASSERT_TRUE((*writer)->Write(streamed).ok());
+  ASSERT_TRUE((*writer)->Write(streamed).ok());  // a replay: still one row per event
+  auto rows = pg_->Query("SELECT event_id, recovered::text FROM walrelay_dead_letter ORDER BY id");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u) << "one of two letters at the same (slot, commit_lsn, ordinal) "
+                                 "was dropped";
+  EXPECT_EQ((*rows)[0][0], "recovered-row");
+  EXPECT_EQ((*rows)[0][1], "true");
+  EXPECT_EQ((*rows)[1][0], "streamed-row");
+  EXPECT_EQ((*rows)[1][1], "false");
+  // Opening again (the table now has the new shape) changes nothing.
+  ASSERT_TRUE(DeadLetterWriter::Open(pg_->conninfo(), "walrelay_dead_letter", "walrelay").ok());
 }
 
 }  // namespace
