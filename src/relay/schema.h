@@ -100,19 +100,37 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
          "END $walrelay$";
 }
 
-// Lost-slot recovery progress: per slot and outbox table, the highest outbox id whose
-// transaction PostgreSQL has confirmed; the row with source '*' carries the slot-level
-// `recovering` flag (set while a backfill is under way). Idempotent.
+// Lost-slot recovery progress (progress.h): per slot, in the row with source '*', the
+// recorded snapshot bound (`bound_snapshot`, taken when the WAL insert position was
+// `bound_lsn`; every transaction visible in it was delivered) and the `recovering` flag
+// (set while a backfill is under way). Rows with another source, and `last_id`, are left
+// by earlier versions (per-table ids) and are not read. Idempotent; adds the bound columns
+// to a table of an earlier version. One statement (a DO block); REQUIRES: the quoted name
+// does not contain "$walrelay$".
 inline std::string ProgressTableDdl(std::string_view quoted_table) {
-  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
+  const std::string t(quoted_table);
+  return "DO $walrelay$ BEGIN\n"
+         "CREATE TABLE IF NOT EXISTS " +
+         t +
          " (\n"
-         "  slot       text NOT NULL,\n"
-         "  source     text NOT NULL,\n"
-         "  last_id    bigint,\n"
-         "  recovering boolean NOT NULL DEFAULT false,\n"
-         "  updated_at timestamptz NOT NULL DEFAULT now(),\n"
+         "  slot           text NOT NULL,\n"
+         "  source         text NOT NULL,\n"
+         "  recovering     boolean NOT NULL DEFAULT false,\n"
+         "  bound_snapshot pg_snapshot,\n"
+         "  bound_lsn      pg_lsn,\n"
+         "  updated_at     timestamptz NOT NULL DEFAULT now(),\n"
          "  PRIMARY KEY (slot, source)\n"
-         ")";
+         ");\n"
+         // ALTER TABLE needs ownership even when there is nothing to add: only when needed.
+         "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
+         QuoteLiteral(t) +
+         "::regclass AND attname = 'bound_snapshot' AND NOT attisdropped) THEN\n"
+         "  ALTER TABLE " +
+         t +
+         " ADD COLUMN IF NOT EXISTS bound_snapshot pg_snapshot,"
+         " ADD COLUMN IF NOT EXISTS bound_lsn pg_lsn;\n"
+         "END IF;\n"
+         "END $walrelay$";
 }
 
 }  // namespace walrelay::relay
