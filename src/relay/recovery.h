@@ -51,7 +51,7 @@
 // writes a new tuple version with a new xmin): those go out in their *current* state,
 // where streaming never publishes an UPDATE. Limits: rows deleted from the outbox before
 // recovery cannot be republished; table-less (logical message) events of the lost WAL
-// cannot be republished at all (config.cc refuses recovery without outbox tables).
+// cannot be republished at all (the relay refuses recovery without outbox tables).
 #pragma once
 
 #include <chrono>

@@ -631,6 +631,47 @@ TEST_F(RecoveryTest, RepublishesOnlyRowsAfterTheRecordedBound) {
   EXPECT_EQ(updated, 1u);
 }
 
+// A progress table written by a version that recorded ids (last_id per table) is migrated,
+// but says nothing sound about which rows to republish: on a lost slot the relay refuses,
+// leaving the slot and the rows alone, until an operator applied the documented fix.
+TEST_F(RecoveryTest, IdEraProgressIsMigratedAndALostSlotRefusedUntilFixed) {
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE walrelay_progress (slot text NOT NULL, source text NOT "
+                        "NULL, last_id bigint, recovering boolean NOT NULL DEFAULT false, "
+                        "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, "
+                        "source)); INSERT INTO walrelay_progress (slot, source, last_id) VALUES "
+                        "('walrelay', '*', NULL), ('walrelay', 'public.outbox', 200)")
+                  .ok());
+  ASSERT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
+  WriteEvents(0, 3, 100);
+  LoseSlot();
+
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  for (int i = 0; i < 600 && relay_->stats().restarts.load() < 2; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_GE(relay_->stats().restarts.load(), 2u) << "the relay did not try (and refuse) twice";
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 0u);
+  EXPECT_EQ(relay_->stats().streaming.load(), 0u);
+  EXPECT_EQ(
+      *pg_->QueryScalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+      "lost");
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_progress WHERE bound_snapshot IS "
+                              "NULL AND slot = 'walrelay'"),
+            "2");  // migrated: the column exists, the old rows are kept
+
+  // The fix (docs/operations.md, section 2): republish by hand, drop the slot and the
+  // progress rows; the relay then starts afresh on its own.
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay'); DELETE FROM "
+                        "walrelay_progress WHERE slot = 'walrelay'")
+                  .ok());
+  for (int i = 0; i < 600 && relay_->stats().streaming.load() == 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(relay_->stats().streaming.load(), 1u);
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 0u);
+}
+
 // Issue 10, item 5: lost-slot recovery dead-letters an unmappable row under the new
 // slot's consistent point and the row's place in the backfill; a streamed transaction
 // whose commit record starts exactly at that point (it committed right after the slot
