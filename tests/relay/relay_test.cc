@@ -715,5 +715,92 @@ TEST_F(RelayTest, RecoveryAndStreamedDeadLettersAtOneLsnAreBothKept) {
   ASSERT_TRUE(DeadLetterWriter::Open(pg_->conninfo(), "walrelay_dead_letter", "walrelay").ok());
 }
 
+// Issue 10, item 5, end to end: a streamed transaction whose commit record starts exactly
+// at the recreated slot's consistent point dead-letters its first row under the same
+// (commit_lsn, ordinal) as recovery's first letter. Keyed without `recovered`, the second
+// letter was dropped and that row vanished: recovery did not see it (it committed after
+// the snapshot) and its letter was gone. The snapshot builder's phases are driven with
+// open transactions so that the commit lands on the consistent point: Y makes the
+// walsender wait (start -> building), T is running at the next phase (-> full) and T2 at
+// the last (-> consistent); T2 commits as soon as the slot shows its consistent point.
+TEST_F(RecoveryTest, StreamedDeadLetterOnTheConsistentPointIsKept) {
+  const std::string bad_row =
+      "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES "
+      "('payment', 'bad', 'Bad', '{}', '\"headers must be an object\"')";
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  ASSERT_TRUE(pg_->Exec(bad_row).ok());  // republished first: recovery's letter #0
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+
+  struct Conn {
+    PGconn* c;
+    ~Conn() { PQfinish(c); }
+    std::string Run(const std::string& sql) {
+      PGresult* r = PQexec(c, sql.c_str());
+      const auto st = PQresultStatus(r);
+      EXPECT_TRUE(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+          << sql << ": " << PQresultErrorMessage(r);
+      std::string v = st == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)
+                          ? PQgetvalue(r, 0, 0)
+                          : "";
+      PQclear(r);
+      return v;
+    }
+  };
+  Conn y{PQconnectdb(pg_->conninfo().c_str())}, t{PQconnectdb(pg_->conninfo().c_str())},
+      t2{PQconnectdb(pg_->conninfo().c_str())}, watch{PQconnectdb(pg_->conninfo().c_str())};
+  auto wait_for_walsender_on = [&](const std::string& xid) {
+    for (int i = 0; i < 2000; ++i) {
+      if (watch.Run("SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND "
+                    "transactionid::text = '" +
+                    xid + "' AND NOT granted") != "0") {
+        return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  };
+  y.Run("BEGIN");
+  const std::string y_xid = y.Run("SELECT pg_current_xact_id()::text");
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  ASSERT_TRUE(wait_for_walsender_on(y_xid)) << "slot creation did not wait for Y";
+  t.Run("BEGIN");
+  t.Run(bad_row);
+  const std::string t_xid = t.Run("SELECT pg_current_xact_id()::text");
+  y.Run("COMMIT");
+  ASSERT_TRUE(wait_for_walsender_on(t_xid)) << "slot creation did not wait for T";
+  t2.Run("BEGIN");
+  t2.Run(bad_row);
+  t.Run("COMMIT");
+  bool consistent = false;
+  for (int i = 0; i < 20000 && !consistent; ++i) {
+    consistent = t2.Run(
+                     "SELECT confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots WHERE "
+                     "slot_name = 'walrelay'") == "t";
+  }
+  t2.Run("COMMIT");  // the next WAL record after the slot's consistent point
+  ASSERT_TRUE(consistent);
+  for (int i = 0; i < 600 && relay_->stats().streaming.load() == 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(relay_->stats().streaming.load(), 1);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+
+  // Nothing vanished: every unmappable row has its letter.
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM "
+                              "walrelay_dead_letter d WHERE d.event_id = o.event_id::text)"),
+            "0")
+      << "a row without a dead letter";
+  // The scenario happened: T2's letter shares the consistent point with recovery's #0.
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter WHERE ordinal = 0 AND "
+                              "commit_lsn = (SELECT commit_lsn FROM walrelay_dead_letter WHERE "
+                              "xid = 0 AND ordinal = 0)"),
+            "2");
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+}
+
 }  // namespace
 }  // namespace walrelay::relay
