@@ -337,6 +337,13 @@ Status LoadTomlFile(const std::string& path,
       for (const auto& s : RunOptions()) {
         if (s.key == key) spec = &s;
       }
+      if (spec == nullptr && key == "recovery.lookback_ms") {
+        return InvalidArgumentError(
+            "config file " + path +
+            ": option 'recovery.lookback_ms' was removed: lost-slot recovery is now bounded by "
+            "a recorded snapshot and needs no look-back (docs/operations.md, section 2); "
+            "delete the line");
+      }
       if (spec == nullptr) {
         return InvalidArgumentError("config file " + path + ": unknown option '" + key +
                                     "' (see `walrelay run --help`)");
