@@ -35,6 +35,16 @@ uint64_t SnapshotBound::Xmin() const {
   return xmin;
 }
 
+uint64_t SnapshotBound::Xmax() const {
+  const size_t colon = snapshot.find(':');
+  if (colon == std::string::npos) return 0;
+  uint64_t xmax = 0;
+  const char* end = snapshot.data() + snapshot.size();
+  auto [p, ec] = std::from_chars(snapshot.data() + colon + 1, end, xmax);
+  if (ec != std::errc() || p == end || *p != ':') return 0;
+  return xmax;
+}
+
 Result<Progress> ProgressStore::Load(const std::string& slot) {
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgResultPtr r, Exec("SELECT source, recovering, bound_snapshot::text, bound_lsn::text, "

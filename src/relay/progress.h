@@ -31,6 +31,9 @@ struct SnapshotBound {
   // The snapshot's xmin (64-bit): every transaction with a smaller xid had ended when the
   // snapshot was taken. 0 when `snapshot` cannot be parsed.
   uint64_t Xmin() const;
+  // The snapshot's xmax: the first xid not yet assigned when it was taken. 0 when
+  // `snapshot` cannot be parsed.
+  uint64_t Xmax() const;
 };
 
 struct Progress {

@@ -24,7 +24,7 @@ std::string Column(const std::string& name) {
   return name.empty() ? "NULL::text" : QuoteIdentifier(name) + "::text";
 }
 
-Result<uint64_t> ParseXid(const char* text, std::string_view what) {
+Result<uint64_t> ParseUint(const char* text, std::string_view what) {
   uint64_t v = 0;
   const char* end = text + std::strlen(text);
   auto [p, ec] = std::from_chars(text, end, v);
@@ -38,6 +38,34 @@ constexpr uint64_t kXidSpace = uint64_t{1} << 32;
 constexpr uint64_t kMaxSpan = uint64_t{1} << 31;
 
 }  // namespace
+
+Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
+  const uint64_t xmin = bound.Xmin();
+  const std::string fix =
+      ": republish by hand (docs/operations.md, lost slot), then delete the slot's rows from "
+      "the progress table and restart";
+  if (xmin == 0 || xmax == 0) {
+    return FailedPreconditionError("recovery: cannot read the recorded bound '" + bound.snapshot +
+                                   "'" + fix);
+  }
+  if (xmax < xmin) {
+    return FailedPreconditionError(
+        "recovery: the recorded bound (snapshot " + bound.snapshot +
+        ") is ahead of the server's transactions (next xid " + std::to_string(xmax) +
+        "): the database was restored or replaced under the progress table, so the bound says "
+        "nothing about its rows" +
+        fix);
+  }
+  if (xmax - xmin >= kMaxSpan) {
+    return FailedPreconditionError(
+        "recovery: the recorded bound (snapshot " + bound.snapshot + ") is " +
+        std::to_string(xmax - xmin) +
+        " transactions old, too old to tell the outbox rows after it by their 32-bit xmin "
+        "(2^31 at most)" +
+        fix);
+  }
+  return xmax - xmin;
+}
 
 std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span) {
   // xmin - lo modulo 2^32, as a non-negative bigint; `xid` has no arithmetic of its own.
@@ -60,28 +88,14 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
   result.new_bound.lsn = consistent_point;
   // The new slot's snapshot N (the transaction snapshot under REPEATABLE READ) and its
   // xmax: every row visible in N was inserted by an xid below it.
-  uint64_t bound_xmin = 0, span = 0;
+  const uint64_t bound_xmin = bound.Xmin();
+  uint64_t span = 0;
   {
-    WALRELAY_ASSIGN_OR_RETURN(
-        slot::PgResultPtr r,
-        slot::ExecPg(conn.get(),
-                     "SELECT pg_current_snapshot()::text, "
-                     "pg_snapshot_xmin($1::pg_snapshot)::text, "
-                     "pg_snapshot_xmax(pg_current_snapshot())::text",
-                     {bound.snapshot.c_str()}, "recovery: reading the snapshots"));
+    WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r,
+                              slot::ExecPg(conn.get(), "SELECT pg_current_snapshot()::text", {},
+                                           "recovery: reading the snapshot"));
     result.new_bound.snapshot = PQgetvalue(r.get(), 0, 0);
-    WALRELAY_ASSIGN_OR_RETURN(bound_xmin, ParseXid(PQgetvalue(r.get(), 0, 1), "the bound's xmin"));
-    WALRELAY_ASSIGN_OR_RETURN(uint64_t xmax,
-                              ParseXid(PQgetvalue(r.get(), 0, 2), "the snapshot's xmax"));
-    span = xmax > bound_xmin ? xmax - bound_xmin : 0;
-    if (span >= kMaxSpan) {
-      return FailedPreconditionError(
-          "recovery: the recorded bound (snapshot " + bound.snapshot + ") is " +
-          std::to_string(span) +
-          " transactions old, too old to tell the outbox rows after it by their xmin (2^31 "
-          "at most): republish by hand (docs/operations.md, lost slot), then delete the "
-          "slot's rows from the progress table and restart");
-    }
+    WALRELAY_ASSIGN_OR_RETURN(span, CheckBound(bound, result.new_bound.Xmax()));
   }
   const std::string where = RecoveryPredicate(bound_xmin, span);
 
@@ -109,7 +123,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         slot::ExecPg(conn.get(),
                      "SELECT count(*) FROM " + QuoteQualifiedIdentifier(table) + " WHERE " + where,
                      {}, "recovery: counting the rows of " + table));
-    WALRELAY_ASSIGN_OR_RETURN(uint64_t n, ParseXid(PQgetvalue(r.get(), 0, 0), "a count"));
+    WALRELAY_ASSIGN_OR_RETURN(uint64_t n, ParseUint(PQgetvalue(r.get(), 0, 0), "a count"));
     result.expected += n;
     spdlog::warn(
         "recovery: {} rows of {} to republish (inserted by transactions from xid {} "

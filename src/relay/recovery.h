@@ -32,11 +32,13 @@
 //
 // Xids are 32 bits in the tuple: a row's xmin is compared with xmin(S) modulo 2^32 within
 // the span [xmin(S), xmax(N)), which is exact for every xid younger than 2^32
-// transactions. Recovery refuses when xmin(S) is 2^31 or more transactions old (the
-// database may have wrapped around since; republish by hand, docs/operations.md).
+// transactions. Recovery refuses (CheckBound, before the slot is touched) when xmin(S) is
+// 2^31 or more transactions old (xids may have wrapped since), or ahead of the server's
+// xids (a restored or replaced database): republish by hand, docs/operations.md.
 //
 // Steps (relay.cc, Session::Recover):
-//   1. refuses when no bound is recorded (a progress row of a version that recorded ids);
+//   1. refuses when no bound is recorded (a progress row of a version that recorded ids)
+//      or the bound cannot be trusted (CheckBound);
 //   2. marks the recovery in the progress table (so a failure half-way redoes it);
 //   3. drops the lost slot and creates it anew with an exported snapshot N;
 //   4. Backfill(): under N, counts and publishes the rows above (unmappable ones are
@@ -83,6 +85,12 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats);
+
+// The number of transactions between the bound's xmin and `xmax` (the xmax of a current
+// snapshot): the span of xids recovery compares rows against. kFailedPrecondition, with
+// the fix, when recovery cannot be sound: the bound is 2^31 or more transactions old, or
+// ahead of `xmax` (the database was restored or replaced under the progress table).
+Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax);
 
 // The WHERE clause that selects the rows to republish: xmin in [bound_xmin, bound_xmin +
 // span) modulo 2^32. Exposed for the documentation and tests.

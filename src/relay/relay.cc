@@ -219,6 +219,10 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
         "(docs/operations.md, lost slot), then DELETE FROM " +
         config_.progress_table + " WHERE slot = '" + config_.slot + "' and restart");
   }
+  {  // before touching anything: can this bound be trusted?
+    WALRELAY_ASSIGN_OR_RETURN(SnapshotBound now, progress_->ReadCandidate());
+    WALRELAY_RETURN_IF_ERROR(CheckBound(*progress.bound, now.Xmax()).status());
+  }
   spdlog::error(
       "replication slot {} is {}{}: recovering — recreating it and republishing from the "
       "outbox tables the rows of transactions not known delivered at the recorded bound "

@@ -672,6 +672,32 @@ TEST_F(RecoveryTest, IdEraProgressIsMigratedAndALostSlotRefusedUntilFixed) {
   EXPECT_EQ(relay_->stats().slot_recoveries.load(), 0u);
 }
 
+// A recorded bound that cannot be trusted (here: ahead of the server's transaction
+// counter, as after restoring the database from an older backup) is refused before
+// anything is touched: the slot is not recreated and no recovery is marked.
+TEST_F(RecoveryTest, UntrustworthyBoundIsRefusedBeforeTouchingTheSlot) {
+  StartRelay();
+  WriteEvents(0, 2, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  ASSERT_TRUE(pg_->Exec("UPDATE walrelay_progress SET bound_snapshot = '4000000:4000000:' "
+                        "WHERE slot = 'walrelay' AND source = '*'; SELECT "
+                        "pg_drop_replication_slot('walrelay')")
+                  .ok());
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  for (int i = 0; i < 600 && relay_->stats().restarts.load() < 2; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_GE(relay_->stats().restarts.load(), 2u) << "the relay did not try (and refuse) twice";
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 0u);
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  EXPECT_EQ(*pg_->QueryScalar("SELECT recovering FROM walrelay_progress WHERE slot = "
+                              "'walrelay' AND source = '*'"),
+            "f");
+}
+
 // Issue 10, item 5: lost-slot recovery dead-letters an unmappable row under the new
 // slot's consistent point and the row's place in the backfill; a streamed transaction
 // whose commit record starts exactly at that point (it committed right after the slot
