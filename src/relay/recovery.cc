@@ -106,14 +106,46 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
     RecordSink& sink;
     ~Unset() { sink.SetDeliveryHandler(nullptr); }
   } unset{sink};
-  sink.SetDeliveryHandler([&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord*) {
-    --pending;
-    if (st.ok()) {
-      stats.events_acked.fetch_add(1, std::memory_order_relaxed);
-    } else if (failure.ok()) {
-      failure = st.WithContext("recovery: delivery failed");
-    }
-  });
+  // A record the broker refused for good (e.g. larger than its limit) is dead-lettered
+  // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
+  // the recovery, which would then be redone, and refused, forever.
+  std::string refused_reason;
+  sink.SetDeliveryHandler(
+      [&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord* record) {
+        --pending;
+        if (st.ok()) {
+          stats.events_acked.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        if (!failure.ok()) return;
+        if (st.code() == StatusCode::kInvalidArgument && record != nullptr) {
+          refused_reason = "Kafka refused the record: " + st.message();
+          DeadLetter l;
+          const auto position = ParsePosition(record->Header(kPositionHeader));
+          if (position) {
+            l.source = position->source;
+            l.ordinal = position->ordinal;
+          }
+          l.recovered = true;
+          l.commit_lsn = consistent_point;
+          l.event_id = record->Header("event_id");
+          l.aggregate_id = record->key();
+          l.event_type = record->Header("event_type");
+          l.topic = record->topic();
+          l.payload = record->value();
+          l.reason = refused_reason;
+          Status written = dead_letters.Write(l);
+          if (written.ok()) {
+            stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+            --result.published;
+            ++result.dead_lettered;
+            return;
+          }
+          failure = written;
+          return;
+        }
+        failure = st.WithContext("recovery: delivery failed");
+      });
 
   // The count, under the same snapshot: what the log promises and the progress lines
   // measure against.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
 
 #include <algorithm>
 #include <atomic>
@@ -696,6 +697,31 @@ TEST_F(RecoveryTest, UntrustworthyBoundIsRefusedBeforeTouchingTheSlot) {
   EXPECT_EQ(*pg_->QueryScalar("SELECT recovering FROM walrelay_progress WHERE slot = "
                               "'walrelay' AND source = '*'"),
             "f");
+}
+
+// Invariant 7 during recovery: a republished record the broker refuses for good (here
+// every Produce request answers MSG_SIZE_TOO_LARGE) is dead-lettered from its headers and
+// the recovery completes; it failed the whole recovery, which was redone and failed again.
+TEST_F(RecoveryTest, RecordRefusedByTheBrokerDuringRecoveryIsDeadLettered) {
+  StartRelay();
+  WriteEvents(0, 1, 10);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  WriteEvents(10, 1, 1);  // one row while the relay is down
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+  kafka_->PushRequestErrors(0 /* Produce */,
+                            std::vector<int>(20, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+  StartRelay();
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+  EXPECT_EQ(relay_->stats().restarts.load(), 0u);
+  auto rows =
+      pg_->Query("SELECT source, recovered::text, reason FROM walrelay_dead_letter ORDER BY id");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0][0], "public.outbox");
+  EXPECT_EQ((*rows)[0][1], "true");
+  EXPECT_NE((*rows)[0][2]->find("Kafka refused the record"), std::string::npos) << *(*rows)[0][2];
 }
 
 // Issue 10, item 5: lost-slot recovery dead-letters an unmappable row under the new
