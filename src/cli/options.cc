@@ -242,16 +242,13 @@ std::vector<OptionSpec> BuildRunOptions() {
                   &RelayConfig::dead_letter_table));
   o.push_back(Bool("recovery.enabled",
                    "When the slot is lost (wal_status 'lost') or was dropped after streaming, "
-                   "recreate it and republish from the outbox tables every row after the "
-                   "recorded progress (duplicates possible, no loss). Off: refuse to start.",
+                   "recreate it and republish from the outbox tables the rows of transactions "
+                   "not known delivered at the recorded snapshot bound (duplicates possible, no "
+                   "loss; needs at least one source table). Off: refuse to start.",
                    &RelayConfig::recovery_enabled));
-  o.push_back(Millis("recovery.lookback_ms",
-                     "Recovery also republishes rows created this long before the recorded "
-                     "progress: set it above your longest outbox-writing transaction.",
-                     &RelayConfig::recovery_lookback));
   o.push_back(Str("recovery.progress_table",
-                  "Table in the source database where the relay records its progress (the "
-                  "highest confirmed outbox id per table); created when missing.",
+                  "Table in the source database where the relay records its progress (a "
+                  "snapshot bound per slot, for lost-slot recovery); created when missing.",
                   &RelayConfig::progress_table));
   o.push_back(Str("guard.warn",
                   "Retained WAL of the slot that logs a warning and is exported as state "
@@ -339,6 +336,13 @@ Status LoadTomlFile(const std::string& path,
       const OptionSpec* spec = nullptr;
       for (const auto& s : RunOptions()) {
         if (s.key == key) spec = &s;
+      }
+      if (spec == nullptr && key == "recovery.lookback_ms") {
+        return InvalidArgumentError(
+            "config file " + path +
+            ": option 'recovery.lookback_ms' was removed: lost-slot recovery is now bounded by "
+            "a recorded snapshot and needs no look-back (docs/operations.md, section 2); "
+            "delete the line");
       }
       if (spec == nullptr) {
         return InvalidArgumentError("config file " + path + ": unknown option '" + key +

@@ -71,7 +71,7 @@ Status RelayConfig::Validate() const {
       shutdown_timeout.count() < 0) {
     return InvalidArgumentError(
         "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
-        "reconnect-max, shutdown timeout, heartbeat interval and recovery lookback >= 0, "
+        "reconnect-max, shutdown timeout, heartbeat interval >= 0, "
         "guard interval >= 100 ms");
   }
   for (const char* key : {"enable.idempotence", "acks"}) {

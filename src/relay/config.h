@@ -76,7 +76,6 @@ struct RelayConfig {
 
   // --- lost-slot recovery (recovery.h)
   bool recovery_enabled = true;
-  std::chrono::milliseconds recovery_lookback{3600000};  // longest expected transaction
   std::string progress_table = "walrelay_progress";
 
   // --- slot guard (slot_guard.h): thresholds on retained WAL, "512MB" or "0.5" (a

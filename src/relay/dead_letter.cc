@@ -27,8 +27,9 @@ Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::stri
   std::string insert =
       "INSERT INTO " + t +
       " (slot, source, commit_lsn, ordinal, xid, event_id, aggregate_id, event_type, topic,"
-      " reason, payload) VALUES ($1, $2, $3::pg_lsn, $4::int, $5::bigint, $6, $7, $8, $9, $10,"
-      " $11) ON CONFLICT (slot, commit_lsn, ordinal) DO NOTHING";
+      " reason, payload, recovered) VALUES ($1, $2, $3::pg_lsn, $4::int, $5::bigint, $6, $7,"
+      " $8, $9, $10, $11, $12::boolean) ON CONFLICT (slot, recovered, commit_lsn, ordinal) DO"
+      " NOTHING";
   return std::unique_ptr<DeadLetterWriter>(
       new DeadLetterWriter(std::move(conn), std::move(insert), slot));
 }
@@ -41,7 +42,7 @@ Status DeadLetterWriter::Write(const DeadLetter& l) {
   const std::string ordinal = std::to_string(l.ordinal);
   const std::string xid = std::to_string(l.xid);
   // Text parameters must be NUL-terminated: copy the views.
-  const std::array<std::string, 11> values = {slot_,
+  const std::array<std::string, 12> values = {slot_,
                                               std::string(l.source),
                                               lsn,
                                               ordinal,
@@ -51,7 +52,8 @@ Status DeadLetterWriter::Write(const DeadLetter& l) {
                                               std::string(l.event_type),
                                               std::string(l.topic),
                                               std::string(l.reason),
-                                              std::string(l.payload)};
+                                              std::string(l.payload),
+                                              l.recovered ? "true" : "false"};
   std::vector<const char*> params(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     // Empty optional fields are stored as NULL; slot, source, lsn, reason are never empty.

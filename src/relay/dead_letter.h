@@ -3,14 +3,16 @@
 // the reason and the source position. Writing it is synchronous: an event counts as
 // handled only once its dead-letter row is committed, so nothing vanishes.
 //
-// Replays after a restart write the same rows again; (slot, commit_lsn, ordinal) is
-// unique and the insert is ON CONFLICT DO NOTHING, so each event has one row.
+// Replays after a restart write the same rows again; (slot, recovered, commit_lsn,
+// ordinal) is unique and the insert is ON CONFLICT DO NOTHING, so each event has one row.
+// `recovered` keeps the letters of lost-slot recovery (keyed by the new slot's consistent
+// point and the row's place in the backfill) apart from streamed ones at the same LSN.
 //
 // Table (created when missing):
-//   id bigint identity PK, dead_at timestamptz, slot text, source text, commit_lsn pg_lsn,
-//   ordinal int (position of the event in its transaction), xid bigint, event_id text,
-//   aggregate_id text, event_type text, topic text, reason text, payload text,
-//   UNIQUE (slot, commit_lsn, ordinal)
+//   id bigint identity PK, dead_at timestamptz, slot text, source text, recovered boolean,
+//   commit_lsn pg_lsn, ordinal int (position of the event in its transaction), xid bigint,
+//   event_id text, aggregate_id text, event_type text, topic text, reason text,
+//   payload text, UNIQUE (slot, recovered, commit_lsn, ordinal)
 //
 // Thread safety: not thread-safe; one per relay session.
 #pragma once
@@ -28,6 +30,7 @@ namespace walrelay::relay {
 
 struct DeadLetter {
   std::string_view source;  // "schema.table" or "message:<prefix>"
+  bool recovered = false;   // written by lost-slot recovery (commit_lsn: the new slot's start)
   Lsn commit_lsn;           // the transaction's commit LSN (final_lsn of its Begin)
   uint32_t ordinal = 0;     // event position within the transaction, from 0
   uint32_t xid = 0;
@@ -64,7 +67,7 @@ class DeadLetterWriter : public DeadLetterSink {
   DeadLetterWriter(const DeadLetterWriter&) = delete;
   DeadLetterWriter& operator=(const DeadLetterWriter&) = delete;
 
-  // Inserts and commits one row (idempotent per slot/commit_lsn/ordinal).
+  // Inserts and commits one row (idempotent per slot/recovered/commit_lsn/ordinal).
   // kUnavailable when the database cannot be reached (the session restarts).
   Status Write(const DeadLetter& letter) override;
 

@@ -165,33 +165,12 @@ void Pipeline::RetireAcked() {
       options_.commit_to_ack_latency->Observe(std::max<int64_t>(0, now_us - c.commit_time_us) /
                                               1e6);
     }
-    for (const auto& [table, id] : c.ids) {
-      int64_t& max = acked_progress_[table];
-      if (id > max) {
-        max = id;
-        acked_progress_changed_ = true;
-      }
-    }
     pending_commits_.pop_front();
   }
 }
 
-void Pipeline::NoteEventId(std::string_view table, std::string_view id) {
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), v);
-  if (ec != std::errc() || p != id.data() + id.size()) return;
-  for (auto& [t, max] : tx_ids_) {
-    if (t == table) {
-      max = std::max(max, v);
-      return;
-    }
-  }
-  tx_ids_.emplace_back(std::string(table), v);
-}
-
 Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view source,
                                      std::string_view raw_payload) {
-  if (!event_.id.empty()) NoteEventId(source, event_.id);
   if (!mapped.ok()) {
     if (mapped.code() != StatusCode::kInvalidArgument) return mapped;
     WALRELAY_RETURN_IF_ERROR(
@@ -246,10 +225,7 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       tracker_.CommitTransaction(tx_, e.end_lsn);
       // A transaction that produced nothing has no ack to wait for: no pending commit, so
       // memory does not grow with transactions of other tables or empty ones (invariant 4).
-      if (tx_produced_ || !tx_ids_.empty()) {
-        pending_commits_.push_back({tx_, tx_commit_time_us_, std::move(tx_ids_)});
-      }
-      tx_ids_.clear();
+      if (tx_produced_) pending_commits_.push_back({tx_, tx_commit_time_us_});
       tx_produced_ = false;
       RetireAcked();
       tx_ = 0;
@@ -354,11 +330,6 @@ Status Pipeline::SendStatus(bool reply_requested) {
       source_.SendStatus(std::max(received_, flush), flush, flush, reply_requested));
   reported_events_total_ = tracker_.FlushedEventsTotal();
   RetireAcked();
-  if (acked_progress_changed_) {  // everything retired is covered by this flush position
-    confirmed_progress_ = acked_progress_;
-    acked_progress_changed_ = false;
-    ++progress_version_;
-  }
   stats_.flush_lsn.store(flush.value, std::memory_order_relaxed);
   stats_.received_lsn.store(received_.value, std::memory_order_relaxed);
   if (flush != last_sent_flush_) {

@@ -128,10 +128,10 @@ class Pipeline {
 
   Lsn flush_lsn() const { return tracker_.FlushLsn(); }
 
-  // Per outbox table, the highest outbox id of transactions confirmed to PostgreSQL (for
-  // lost-slot recovery); the version changes whenever it does.
-  const std::map<std::string, int64_t>& confirmed_progress() const { return confirmed_progress_; }
-  uint64_t progress_version() const { return progress_version_; }
+  // The flush position last sent to PostgreSQL (the slot's confirmed position): every
+  // transaction whose commit ended at or before it was acked by Kafka or dead-lettered.
+  // Lost-slot recovery records a snapshot bound once this passes the bound's LSN.
+  Lsn confirmed_lsn() const { return last_sent_flush_; }
 
  private:
   Status HandleXLogData(const slot::XLogData& x);
@@ -146,7 +146,6 @@ class Pipeline {
   Status SendStatus(bool reply_requested);
   Status Drain();
   void OnHeartbeat(std::string_view content);
-  void NoteEventId(std::string_view table, std::string_view id);
   void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
                   const kafka::DeliveredRecord* record);
   // Events PostgreSQL would resend if the relay died now: produced in transactions not
@@ -196,23 +195,15 @@ class Pipeline {
   Lsn received_;
   Lsn last_sent_flush_;
   uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
-  // Committed transactions not yet fully acked: their commit time (commit-to-ack latency)
-  // and the outbox ids they carry (progress for recovery). Ids of the open transaction are
-  // gathered in tx_ids_; acked ones in acked_progress_, which the next status update
-  // confirms into confirmed_progress_.
+  // Committed transactions not yet fully acked, with their commit time (commit-to-ack
+  // latency).
   void RetireAcked();
-  std::vector<std::pair<std::string, int64_t>> tx_ids_;
   int64_t tx_commit_time_us_ = 0;
   struct PendingCommit {
     AckTracker::Tx tx;
     int64_t commit_time_us;
-    std::vector<std::pair<std::string, int64_t>> ids;
   };
   std::deque<PendingCommit> pending_commits_;
-  std::map<std::string, int64_t> acked_progress_;
-  bool acked_progress_changed_ = false;
-  std::map<std::string, int64_t> confirmed_progress_;
-  uint64_t progress_version_ = 0;
   std::chrono::steady_clock::time_point next_status_;
   std::chrono::steady_clock::time_point next_tick_;
 };

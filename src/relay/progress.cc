@@ -1,5 +1,6 @@
 #include "src/relay/progress.h"
 
+#include <charconv>
 #include <vector>
 
 #include "src/relay/schema.h"
@@ -27,41 +28,62 @@ Result<slot::PgResultPtr> ProgressStore::Exec(const std::string& sql,
   return slot::ExecPg(conn_.get(), sql, values, what);
 }
 
+uint64_t SnapshotBound::Xmin() const {
+  uint64_t xmin = 0;
+  const char* end = snapshot.data() + snapshot.size();
+  auto [p, ec] = std::from_chars(snapshot.data(), end, xmin);
+  if (ec != std::errc() || p == end || *p != ':') return 0;
+  return xmin;
+}
+
+uint64_t SnapshotBound::Xmax() const {
+  const size_t colon = snapshot.find(':');
+  if (colon == std::string::npos) return 0;
+  uint64_t xmax = 0;
+  const char* end = snapshot.data() + snapshot.size();
+  auto [p, ec] = std::from_chars(snapshot.data() + colon + 1, end, xmax);
+  if (ec != std::errc() || p == end || *p != ':') return 0;
+  return xmax;
+}
+
 Result<Progress> ProgressStore::Load(const std::string& slot) {
   WALRELAY_ASSIGN_OR_RETURN(
-      slot::PgResultPtr r,
-      Exec("SELECT source, last_id, recovering, extract(epoch FROM updated_at)::bigint FROM " +
-               table_ + " WHERE slot = $1",
-           {slot}, "reading recovery progress"));
+      slot::PgResultPtr r, Exec("SELECT source, recovering, bound_snapshot::text, bound_lsn::text, "
+                                "extract(epoch FROM updated_at)::bigint FROM " +
+                                    table_ + " WHERE slot = $1",
+                                {slot}, "reading recovery progress"));
   Progress p;
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     p.exists = true;
-    const std::string source = PQgetvalue(r.get(), i, 0);
-    if (source == "*") {
-      p.recovering = std::string(PQgetvalue(r.get(), i, 2)) == "t";
-      continue;
-    }
-    if (!PQgetisnull(r.get(), i, 1)) p.last_id[source] = std::stoll(PQgetvalue(r.get(), i, 1));
-    p.updated_at_unix = std::max<int64_t>(p.updated_at_unix, std::stoll(PQgetvalue(r.get(), i, 3)));
+    if (std::string_view(PQgetvalue(r.get(), i, 0)) != "*") continue;  // an older version's
+    p.recovering = std::string_view(PQgetvalue(r.get(), i, 1)) == "t";
+    p.updated_at_unix = std::stoll(PQgetvalue(r.get(), i, 4));
+    if (PQgetisnull(r.get(), i, 2) || PQgetisnull(r.get(), i, 3)) continue;
+    auto lsn = Lsn::Parse(PQgetvalue(r.get(), i, 3));
+    if (!lsn) return DataLossError("progress table: bad bound_lsn for slot " + slot);
+    p.bound = SnapshotBound{PQgetvalue(r.get(), i, 2), *lsn};
   }
   return p;
 }
 
-Status ProgressStore::Save(const std::string& slot, const std::map<std::string, int64_t>& last_id) {
-  WALRELAY_RETURN_IF_ERROR(
-      Exec("INSERT INTO " + table_ + " (slot, source) VALUES ($1, '*') ON CONFLICT DO NOTHING",
-           {slot}, "saving recovery progress")
-          .status());
-  for (const auto& [source, id] : last_id) {
-    WALRELAY_RETURN_IF_ERROR(
-        Exec("INSERT INTO " + table_ +
-                 " AS p (slot, source, last_id) VALUES ($1, $2, $3::bigint) ON CONFLICT (slot, "
-                 "source) DO UPDATE SET last_id = GREATEST(p.last_id, EXCLUDED.last_id), "
-                 "updated_at = now()",
-             {slot, source, std::to_string(id)}, "saving recovery progress")
-            .status());
-  }
-  return Status::Ok();
+Result<SnapshotBound> ProgressStore::ReadCandidate() {
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr r,
+      Exec("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text", {},
+           "reading a snapshot bound"));
+  auto lsn = Lsn::Parse(PQgetvalue(r.get(), 0, 1));
+  if (!lsn) return InternalError("pg_current_wal_insert_lsn() returned no LSN");
+  return SnapshotBound{PQgetvalue(r.get(), 0, 0), *lsn};
+}
+
+Status ProgressStore::SaveBound(const std::string& slot, const SnapshotBound& bound) {
+  return Exec("INSERT INTO " + table_ +
+                  " AS p (slot, source, bound_snapshot, bound_lsn) VALUES ($1, '*', "
+                  "$2::pg_snapshot, $3::pg_lsn) ON CONFLICT (slot, source) DO UPDATE SET "
+                  "bound_snapshot = EXCLUDED.bound_snapshot, bound_lsn = EXCLUDED.bound_lsn, "
+                  "updated_at = now()",
+              {slot, bound.snapshot, bound.lsn.ToString()}, "saving recovery progress")
+      .status();
 }
 
 Status ProgressStore::SetRecovering(const std::string& slot, bool recovering) {

@@ -1,29 +1,48 @@
 // ProgressStore: what lost-slot recovery needs to know, kept in a small table of the source
-// database (schema.h, ProgressTableDdl): per outbox table, the highest outbox id whose
-// transaction PostgreSQL confirmed, and whether a recovery backfill is under way.
+// database (schema.h, ProgressTableDdl): per slot, the recorded *snapshot bound* and
+// whether a recovery backfill is under way. recovery.h explains what the bound means and
+// why it is sound.
 //
-// Written by the relay every few seconds (so it trails the confirmed position a little:
-// recovery then republishes a few more rows, never fewer). Thread safety: one owner thread.
+// The relay takes bound candidates with ReadCandidate() (a snapshot, then the WAL insert
+// position) and records one with SaveBound() once the confirmed flush position has reached
+// its LSN. Thread safety: one owner thread; the store owns its connection.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/lsn.h"
 #include "base/status.h"
 #include "slot/pg_error.h"
 
 namespace walrelay::relay {
 
+// A PostgreSQL snapshot (pg_snapshot text form "xmin:xmax:xip,...", 64-bit xids) and the
+// WAL insert position read after it: every transaction visible in `snapshot` committed
+// (its commit record ended) at or before `lsn`.
+struct SnapshotBound {
+  std::string snapshot;
+  Lsn lsn;
+  // The snapshot's xmin (64-bit): every transaction with a smaller xid had ended when the
+  // snapshot was taken. 0 when `snapshot` cannot be parsed.
+  uint64_t Xmin() const;
+  // The snapshot's xmax: the first xid not yet assigned when it was taken. 0 when
+  // `snapshot` cannot be parsed.
+  uint64_t Xmax() const;
+};
+
 struct Progress {
-  bool exists = false;                     // any row for the slot: the slot has streamed before
-  bool recovering = false;                 // a backfill started and did not finish
-  std::map<std::string, int64_t> last_id;  // outbox table -> highest confirmed id
-  int64_t updated_at_unix = 0;             // when last_id was last written
+  bool exists = false;      // any row for the slot: the slot has streamed before
+  bool recovering = false;  // a backfill started and did not finish
+  // The recorded bound: every transaction visible in it was delivered to Kafka. Absent
+  // when none was recorded yet (or the row was written by a version that recorded ids).
+  std::optional<SnapshotBound> bound;
+  int64_t updated_at_unix = 0;  // when the slot's row was last written
 };
 
 class ProgressStore {
@@ -36,8 +55,12 @@ class ProgressStore {
   ProgressStore& operator=(const ProgressStore&) = delete;
 
   Result<Progress> Load(const std::string& slot);
-  // Raises last_id per table (never lowers it) and marks the slot as having streamed.
-  Status Save(const std::string& slot, const std::map<std::string, int64_t>& last_id);
+  // A bound candidate: `SELECT pg_current_snapshot(), pg_current_wal_insert_lsn()` (the
+  // statement's snapshot is taken before the position is read).
+  Result<SnapshotBound> ReadCandidate();
+  // Records `bound` for the slot (replacing the earlier one) and marks the slot as having
+  // streamed. REQUIRES: every transaction visible in bound.snapshot was delivered.
+  Status SaveBound(const std::string& slot, const SnapshotBound& bound);
   Status SetRecovering(const std::string& slot, bool recovering);
 
  private:

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cstring>
 #include <memory>
 
 #include "slot/pg_error.h"
@@ -11,6 +12,8 @@
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
+using Clock = std::chrono::steady_clock;
+
 namespace {
 
 Status Exec(PGconn* conn, const std::string& sql, std::string_view what) {
@@ -21,11 +24,58 @@ std::string Column(const std::string& name) {
   return name.empty() ? "NULL::text" : QuoteIdentifier(name) + "::text";
 }
 
+Result<uint64_t> ParseUint(const char* text, std::string_view what) {
+  uint64_t v = 0;
+  const char* end = text + std::strlen(text);
+  auto [p, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || p != end) {
+    return InternalError("recovery: cannot parse " + std::string(what) + " '" + text + "'");
+  }
+  return v;
+}
+
+constexpr uint64_t kXidSpace = uint64_t{1} << 32;
+constexpr uint64_t kMaxSpan = uint64_t{1} << 31;
+
 }  // namespace
+
+Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
+  const uint64_t xmin = bound.Xmin();
+  const std::string fix =
+      ": republish by hand (docs/operations.md, lost slot), then delete the slot's rows from "
+      "the progress table and restart";
+  if (xmin == 0 || xmax == 0) {
+    return FailedPreconditionError("recovery: cannot read the recorded bound '" + bound.snapshot +
+                                   "'" + fix);
+  }
+  if (xmax < xmin) {
+    return FailedPreconditionError(
+        "recovery: the recorded bound (snapshot " + bound.snapshot +
+        ") is ahead of the server's transactions (next xid " + std::to_string(xmax) +
+        "): the database was restored or replaced under the progress table, so the bound says "
+        "nothing about its rows" +
+        fix);
+  }
+  if (xmax - xmin >= kMaxSpan) {
+    return FailedPreconditionError(
+        "recovery: the recorded bound (snapshot " + bound.snapshot + ") is " +
+        std::to_string(xmax - xmin) +
+        " transactions old, too old to tell the outbox rows after it by their 32-bit xmin "
+        "(2^31 at most)" +
+        fix);
+  }
+  return xmax - xmin;
+}
+
+std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span) {
+  // xmin - lo modulo 2^32, as a non-negative bigint; `xid` has no arithmetic of its own.
+  return "((xmin::text::bigint - " + std::to_string(bound_xmin % kXidSpace) + ") & " +
+         std::to_string(kXidSpace - 1) + ") < " + std::to_string(span);
+}
 
 Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
-                                const Progress& progress, RecordSink& sink,
+                                const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats) {
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "recovery connection"));
@@ -35,6 +85,20 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                 "importing the snapshot"));
 
   BackfillResult result;
+  result.new_bound.lsn = consistent_point;
+  // The new slot's snapshot N (the transaction snapshot under REPEATABLE READ) and its
+  // xmax: every row visible in N was inserted by an xid below it.
+  const uint64_t bound_xmin = bound.Xmin();
+  uint64_t span = 0;
+  {
+    WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r,
+                              slot::ExecPg(conn.get(), "SELECT pg_current_snapshot()::text", {},
+                                           "recovery: reading the snapshot"));
+    result.new_bound.snapshot = PQgetvalue(r.get(), 0, 0);
+    WALRELAY_ASSIGN_OR_RETURN(span, CheckBound(bound, result.new_bound.Xmax()));
+  }
+  const std::string where = RecoveryPredicate(bound_xmin, span);
+
   uint64_t pending = 0;
   Status failure;
   // The handler captures locals: unset it on every way out.
@@ -42,14 +106,63 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
     RecordSink& sink;
     ~Unset() { sink.SetDeliveryHandler(nullptr); }
   } unset{sink};
-  sink.SetDeliveryHandler([&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord*) {
-    --pending;
-    if (st.ok()) {
-      stats.events_acked.fetch_add(1, std::memory_order_relaxed);
-    } else if (failure.ok()) {
-      failure = st.WithContext("recovery: delivery failed");
-    }
-  });
+  // A record the broker refused for good (e.g. larger than its limit) is dead-lettered
+  // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
+  // the recovery, which would then be redone, and refused, forever.
+  std::string refused_reason;
+  sink.SetDeliveryHandler(
+      [&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord* record) {
+        --pending;
+        if (st.ok()) {
+          stats.events_acked.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        if (!failure.ok()) return;
+        if (st.code() == StatusCode::kInvalidArgument && record != nullptr) {
+          refused_reason = "Kafka refused the record: " + st.message();
+          DeadLetter l;
+          const auto position = ParsePosition(record->Header(kPositionHeader));
+          if (position) {
+            l.source = position->source;
+            l.ordinal = position->ordinal;
+          }
+          l.recovered = true;
+          l.commit_lsn = consistent_point;
+          l.event_id = record->Header("event_id");
+          l.aggregate_id = record->key();
+          l.event_type = record->Header("event_type");
+          l.topic = record->topic();
+          l.payload = record->value();
+          l.reason = refused_reason;
+          Status written = dead_letters.Write(l);
+          if (written.ok()) {
+            stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+            --result.published;
+            ++result.dead_lettered;
+            return;
+          }
+          failure = written;
+          return;
+        }
+        failure = st.WithContext("recovery: delivery failed");
+      });
+
+  // The count, under the same snapshot: what the log promises and the progress lines
+  // measure against.
+  for (const std::string& table : config.tables) {
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn.get(),
+                     "SELECT count(*) FROM " + QuoteQualifiedName(table) + " WHERE " + where,
+                     {}, "recovery: counting the rows of " + table));
+    WALRELAY_ASSIGN_OR_RETURN(uint64_t n, ParseUint(PQgetvalue(r.get(), 0, 0), "a count"));
+    result.expected += n;
+    spdlog::warn(
+        "recovery: {} rows of {} to republish (inserted by transactions from xid {} "
+        "on, the oldest one running at the recorded bound)",
+        n, table, bound_xmin);
+  }
+  spdlog::warn("recovery: {} rows to republish in all", result.expected);
 
   OutboxMapper mapper(config);
   OutboxEvent event;
@@ -57,27 +170,32 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
   std::string position_text;
   uint32_t ordinal = 0;
   const auto& c = config.columns;
-  const int64_t since_unix =
-      progress.updated_at_unix -
-      std::chrono::duration_cast<std::chrono::seconds>(config.recovery_lookback).count();
+  const Clock::time_point started = Clock::now();
+  Clock::time_point last_report = started;
+  uint64_t last_report_done = 0;
+  auto done = [&] { return result.published + result.dead_lettered; };
+  auto report = [&](bool final) {
+    const Clock::time_point now = Clock::now();
+    const double total_s = std::chrono::duration<double>(now - started).count();
+    const double step_s = std::chrono::duration<double>(now - last_report).count();
+    const double rate = step_s > 0 ? (done() - last_report_done) / step_s : 0.0;
+    spdlog::warn("recovery: {} {} of {} rows ({} published, {} dead-lettered), {:.0f} rows/s{}",
+                 final ? "done:" : "progress:", done(), result.expected, result.published,
+                 result.dead_lettered, final && total_s > 0 ? done() / total_s : rate,
+                 final ? " on average" : "");
+    last_report = now;
+    last_report_done = done();
+  };
+  constexpr auto kReportEvery = std::chrono::seconds(10);
 
   for (const std::string& table : config.tables) {
-    auto it = progress.last_id.find(table);
-    const int64_t last_id = it == progress.last_id.end() ? 0 : it->second;
-    std::string where = QuoteIdentifier(c.id) + " > " + std::to_string(last_id);
-    if (!c.created_at.empty()) {
-      where += " OR " + QuoteIdentifier(c.created_at) + " > to_timestamp(" +
-               std::to_string(since_unix) + ")";
-    }
-    const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.id) +
-                               ", " + Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " +
-                               Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
-                               Column(c.event_type) + ", " + Column(c.payload) + ", " +
-                               Column(c.headers) + " FROM " + QuoteQualifiedName(table) +
-                               " WHERE " + where + " ORDER BY " + QuoteIdentifier(c.id);
+    const std::string select =
+        "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.id) + ", " + Column(c.event_id) +
+        ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) + ", " + Column(c.topic) +
+        ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " + Column(c.headers) +
+        " FROM " + QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
+        (c.id.empty() ? std::string("ctid") : QuoteIdentifier(c.id));
     WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table));
-    spdlog::warn("recovery: republishing rows of {} with id > {}{}", table, last_id,
-                 c.created_at.empty() ? "" : " or created in the lookback window");
     while (true) {
       WALRELAY_ASSIGN_OR_RETURN(
           slot::PgResultPtr rows,
@@ -91,13 +209,11 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         };
         OutboxRow row{field(0), field(1), field(2), field(3),
                       field(4), field(5), field(6), field(7)};
-        int64_t id = 0;
-        if (row.id) std::from_chars(row.id->data(), row.id->data() + row.id->size(), id);
-        result.max_id[table] = std::max(result.max_id[table], id);
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
           DeadLetter l;
           l.source = table;
+          l.recovered = true;
           l.commit_lsn = consistent_point;
           l.ordinal = ordinal++;
           l.event_id = event.event_id;
@@ -128,11 +244,13 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
           sink.Poll(std::chrono::milliseconds(10));
           if (!failure.ok()) return failure;
+          if (Clock::now() - last_report >= kReportEvery) report(false);
         }
         Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal);
         if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
           DeadLetter l;
           l.source = table;
+          l.recovered = true;
           l.commit_lsn = consistent_point;
           l.ordinal = ordinal - 1;
           l.event_id = event.event_id;
@@ -153,13 +271,22 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
       }
       sink.Poll(std::chrono::milliseconds(0));
       if (!failure.ok()) return failure;
+      if (Clock::now() - last_report >= kReportEvery) report(false);
     }
     WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "CLOSE backfill", "closing the cursor"));
   }
   WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
-  WALRELAY_RETURN_IF_ERROR(sink.Flush(std::chrono::minutes(5)));
+  // Waiting for the acks: progress lines go on while the producer drains.
+  while (pending != 0 && failure.ok()) {
+    sink.Poll(std::chrono::milliseconds(100));
+    WALRELAY_RETURN_IF_ERROR(sink.Fatal());
+    if (Clock::now() - last_report >= kReportEvery) {
+      spdlog::warn("recovery: waiting for {} acks", pending);
+      last_report = Clock::now();
+    }
+  }
   if (!failure.ok()) return failure;
-  if (pending != 0) return DeadlineExceededError("recovery: not every event was acked");
+  report(true);
   return result;
 }
 

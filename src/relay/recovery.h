@@ -3,22 +3,61 @@
 //
 // When the slot is invalidated (wal_status 'lost': max_slot_wal_keep_size removed WAL it
 // needed) or dropped, the WAL of the undelivered events is gone, but the rows are still in
-// the outbox tables. The relay then (relay.cc, Session::Start):
-//   1. marks the recovery in the progress table (so a failure half-way redoes it);
-//   2. drops the lost slot and creates it anew with an exported snapshot;
-//   3. Backfill(): under that snapshot, publishes every row with id > the recorded
-//      progress, and every row created within `lookback` before the progress was written
-//      (a transaction that was open across the recorded point can commit ids below it);
-//      waits until Kafka acked all of them (unmappable rows are dead-lettered);
-//   4. records the new progress, clears the mark, and streams from the new slot, whose
-//      start is exactly the snapshot: nothing is missed between the two.
-// Duplicates are expected (consumers dedup on event_id); loss is not. Documented limit:
-// rows deleted from the outbox before recovery cannot be republished.
+// the outbox tables. Which rows? Neither ids nor created_at can say: a transaction can take
+// low ids (or early timestamps) and commit long after later ones, and ids need not be
+// integers (uuid keys). What does say it is *visibility*.
+//
+// The snapshot bound (progress.h). While streaming, after outbox events were handled, the
+// relay reads a candidate `SELECT pg_current_snapshot(), pg_current_wal_insert_lsn()` on its
+// side connection. The statement's snapshot S is taken before the position L is read, and
+// a transaction becomes visible only after its commit record is inserted, so every
+// transaction visible in S committed at or before L. The relay queues candidates; when the
+// confirmed flush position reaches a candidate's L, every transaction visible in its S has
+// been acked by Kafka (or dead-lettered; invariant 1), and that S is recorded as the bound.
+// It trails the confirmed position by a status interval or two: recovery then republishes
+// a little more, never less.
+//
+// Which rows are republished. Every outbox row whose inserting transaction (the tuple's
+// xmin) is >= xmin(S), the oldest transaction still running when S was taken, read under
+// the new slot's exported snapshot N. Why xmin(S) and not "not visible in S": a row
+// inserted in a subtransaction (SAVEPOINT, a PL/pgSQL EXCEPTION block) carries the
+// subtransaction's xid, and pg_snapshot lists running top-level xids only, so a subxid of a
+// transaction that was running at S looks visible in S although that transaction committed
+// later. Its xid is above its parent's, which is >= xmin(S): the xmin(S) bound covers it.
+// Every row with a smaller xmin was inserted by a transaction that had ended at S
+// (delivered, or rolled back). The price: transactions that started after the oldest one
+// running at S and committed before S repeat too; normally that oldest one is a few
+// milliseconds old, but a long-open transaction that holds an xid widens the set to
+// everything since it began (the log states the expected count first).
+//
+// Xids are 32 bits in the tuple: a row's xmin is compared with xmin(S) modulo 2^32 within
+// the span [xmin(S), xmax(N)), which is exact for every xid younger than 2^32
+// transactions. Recovery refuses (CheckBound, before the slot is touched) when xmin(S) is
+// 2^31 or more transactions old (xids may have wrapped since), or ahead of the server's
+// xids (a restored or replaced database): republish by hand, docs/operations.md.
+//
+// Steps (relay.cc, Session::Recover):
+//   1. refuses when no bound is recorded (a progress row of a version that recorded ids)
+//      or the bound cannot be trusted (CheckBound);
+//   2. marks the recovery in the progress table (so a failure half-way redoes it);
+//   3. drops the lost slot and creates it anew with an exported snapshot N;
+//   4. Backfill(): under N, counts and publishes the rows above (unmappable ones are
+//      dead-lettered with `recovered` set, so they never collide with streamed letters),
+//      logging progress at least every 10 s, and waits until Kafka acked all of them;
+//   5. records N (at the new slot's consistent point) as the bound, clears the mark, and
+//      streams from the new slot, whose start is exactly N: nothing is missed between.
+//
+// Which rows repeat (consumers dedup on event_id): the rows above that were already
+// delivered — transactions in flight around the bound, those that committed after it
+// before the slot was lost — and rows UPDATEd after they were first published (an UPDATE
+// writes a new tuple version with a new xmin): those go out in their *current* state,
+// where streaming never publishes an UPDATE. Limits: rows deleted from the outbox before
+// recovery cannot be republished; table-less (logical message) events of the lost WAL
+// cannot be republished at all (the relay refuses recovery without outbox tables).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <string>
 
 #include "base/lsn.h"
@@ -32,16 +71,29 @@
 namespace walrelay::relay {
 
 struct BackfillResult {
+  uint64_t expected = 0;  // rows counted under the snapshot before publishing
   uint64_t published = 0;
   uint64_t dead_lettered = 0;
-  std::map<std::string, int64_t> max_id;  // per table, the highest id republished
+  // The new slot's snapshot and consistent point: the bound to record once done.
+  SnapshotBound new_bound;
 };
 
-// Publishes the rows described above and waits for every ack (up to `ack_timeout`).
-// `snapshot` is the exported snapshot of the new slot; `consistent_point` its start.
+// Publishes the rows described above and waits for every ack. `snapshot` is the exported
+// snapshot of the new slot, `consistent_point` its start; `bound` the recorded bound.
+// kFailedPrecondition (an operator must act) when the bound is too old to compare xids.
 Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
-                                const Progress& progress, RecordSink& sink,
+                                const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats);
+
+// The number of transactions between the bound's xmin and `xmax` (the xmax of a current
+// snapshot): the span of xids recovery compares rows against. kFailedPrecondition, with
+// the fix, when recovery cannot be sound: the bound is 2^31 or more transactions old, or
+// ahead of `xmax` (the database was restored or replaced under the progress table).
+Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax);
+
+// The WHERE clause that selects the rows to republish: xmin in [bound_xmin, bound_xmin +
+// span) modulo 2^32. Exposed for the documentation and tests.
+std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span);
 
 }  // namespace walrelay::relay

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <deque>
 #include <random>
 #include <thread>
 
@@ -99,7 +100,11 @@ class Relay::Session {
   Status Recover(const std::string& conninfo, const Progress& progress, bool missing, bool lost);
   Status Tick();
   Status Heartbeat();
+  // Records the newest bound candidate the confirmed position has reached (recovery.h).
   Status SaveProgress();
+  // Takes a bound candidate when events were handled since the last one (or when no bound
+  // is recorded yet): an idle relay reads and writes nothing.
+  Status TakeCandidate();
 
   Relay& relay_;
   const RelayConfig& config_;
@@ -112,7 +117,13 @@ class Relay::Session {
   std::unique_ptr<Pipeline> pipeline_;
   Clock::time_point next_heartbeat_ = Clock::now();
   Clock::time_point next_progress_save_ = Clock::now();
-  uint64_t saved_progress_version_ = 0;
+  // Snapshot bound candidates (recovery.h), oldest first, LSNs ascending.
+  static constexpr size_t kMaxCandidates = 8;
+  std::deque<SnapshotBound> candidates_;
+  bool bound_recorded_ = false;       // the progress table holds a bound for the slot
+  uint64_t events_at_candidate_ = 0;  // events handled when the last candidate was taken
+  Clock::time_point next_candidate_ = Clock::now();
+  milliseconds candidate_interval_{1000};  // the status interval
 };
 
 Status Relay::Session::Start() {
@@ -149,6 +160,15 @@ Status Relay::Session::Start() {
       dead_letters_, DeadLetterWriter::Open(conninfo, config_.dead_letter_table, config_.slot));
   WALRELAY_ASSIGN_OR_RETURN(progress_, ProgressStore::Open(conninfo, config_.progress_table));
   WALRELAY_ASSIGN_OR_RETURN(Progress progress, progress_->Load(config_.slot));
+  if (config_.recovery_enabled && config_.tables.empty()) {
+    return InvalidArgumentError(
+        "--recovery-enabled is true but no --source-table is configured: lost-slot recovery "
+        "republishes from outbox tables, and table-less events (logical messages) in WAL "
+        "that a lost slot gave up can never be republished. Configure the outbox tables, or "
+        "set --recovery-enabled false to run knowingly without recovery");
+  }
+  bound_recorded_ = progress.bound.has_value();
+  events_at_candidate_ = stats_.events_produced.load() + stats_.events_dead_lettered.load();
 
   // The producer.
   kafka::ProducerOptions popts;
@@ -195,6 +215,7 @@ Status Relay::Session::Start() {
 
   Pipeline::Options pipeline_options;
   pipeline_options.status_interval = status_interval;
+  candidate_interval_ = status_interval;
   pipeline_options.tick = [this] { return Tick(); };
   pipeline_options.produce_latency = relay_.obs_->produce_latency;
   pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
@@ -217,49 +238,89 @@ Status Relay::Session::Start() {
 
 Status Relay::Session::Recover(const std::string& conninfo, const Progress& progress, bool missing,
                                bool lost) {
+  const std::string state = missing ? "gone" : (lost ? "lost" : "being recovered");
   if (!config_.recovery_enabled) {
     return FailedPreconditionError(
-        "replication slot " + config_.slot + (lost ? " is lost" : " is gone") +
+        "replication slot " + config_.slot + " is " + state +
         " and --recovery-enabled is false: events after the recorded progress may be "
         "undelivered. Enable recovery, or drop the progress rows of this slot in " +
         config_.progress_table + " to start fresh knowingly");
   }
+  if (!progress.bound) {
+    return FailedPreconditionError(
+        "replication slot " + config_.slot + " is " + state + ", but " + config_.progress_table +
+        " records no snapshot bound for it (its rows were written by a walrelay version that "
+        "recorded outbox ids, which cannot bound a recovery soundly, or the relay never "
+        "confirmed a bound): the rows to republish are unknown. Republish by hand "
+        "(docs/operations.md, lost slot), then DELETE FROM " +
+        config_.progress_table + " WHERE slot = '" + config_.slot + "' and restart");
+  }
+  {  // before touching anything: can this bound be trusted?
+    WALRELAY_ASSIGN_OR_RETURN(SnapshotBound now, progress_->ReadCandidate());
+    WALRELAY_RETURN_IF_ERROR(CheckBound(*progress.bound, now.Xmax()).status());
+  }
   spdlog::error(
       "replication slot {} is {}{}: recovering — recreating it and republishing from the "
-      "outbox tables every row after the recorded progress (consumers will see duplicates)",
-      config_.slot, missing ? "missing" : (lost ? "lost" : "being recovered"),
-      progress.recovering ? " (an earlier recovery did not finish)" : "");
+      "outbox tables the rows of transactions not known delivered at the recorded bound "
+      "(snapshot {} at {}; consumers will see duplicates)",
+      config_.slot, state, progress.recovering ? " (an earlier recovery did not finish)" : "",
+      progress.bound->snapshot, progress.bound->lsn.ToString());
   WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, true));
   if (!missing) WALRELAY_RETURN_IF_ERROR(admin_->DropSlot(config_.slot));
   WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, true));
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
-      Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, progress, *sink_,
-               *dead_letters_, stats_));
-  WALRELAY_RETURN_IF_ERROR(progress_->Save(config_.slot, result.max_id));
+      Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, *progress.bound,
+               *sink_, *dead_letters_, stats_));
+  // Every transaction visible in the new slot's snapshot is now delivered: it is the bound.
+  WALRELAY_RETURN_IF_ERROR(progress_->SaveBound(config_.slot, result.new_bound));
+  bound_recorded_ = true;
   WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, false));
   relay_.stats_.slot_recoveries.fetch_add(1);
   spdlog::warn(
-      "recovery of slot {} done: {} events republished, {} dead-lettered; streaming "
-      "from {}",
-      config_.slot, result.published, result.dead_lettered, created.consistent_point.ToString());
+      "recovery of slot {} done: {} events republished, {} dead-lettered ({} expected); "
+      "streaming from {}",
+      config_.slot, result.published, result.dead_lettered, result.expected,
+      created.consistent_point.ToString());
   return Status::Ok();
 }
 
 // Runs about every 100 ms on the pipeline's thread: heartbeats and progress saving.
 Status Relay::Session::Tick() {
   if (config_.heartbeat_interval.count() > 0) WALRELAY_RETURN_IF_ERROR(Heartbeat());
-  if (Clock::now() >= next_progress_save_ &&
-      pipeline_->progress_version() != saved_progress_version_) {
-    WALRELAY_RETURN_IF_ERROR(SaveProgress());
+  if (Clock::now() >= next_candidate_) WALRELAY_RETURN_IF_ERROR(TakeCandidate());
+  if (Clock::now() >= next_progress_save_) WALRELAY_RETURN_IF_ERROR(SaveProgress());
+  return Status::Ok();
+}
+
+Status Relay::Session::TakeCandidate() {
+  const uint64_t events = stats_.events_produced.load() + stats_.events_dead_lettered.load();
+  if (events == events_at_candidate_ && (bound_recorded_ || !candidates_.empty())) {
+    return Status::Ok();
+  }
+  next_candidate_ = Clock::now() + candidate_interval_;
+  WALRELAY_ASSIGN_OR_RETURN(SnapshotBound candidate, progress_->ReadCandidate());
+  events_at_candidate_ = events;
+  if (candidates_.size() < kMaxCandidates) {
+    candidates_.push_back(std::move(candidate));
+  } else {
+    candidates_.back() = std::move(candidate);  // keeps the oldest ones, which ripen first
   }
   return Status::Ok();
 }
 
 Status Relay::Session::SaveProgress() {
   next_progress_save_ = Clock::now() + std::chrono::seconds(2);
-  saved_progress_version_ = pipeline_->progress_version();
-  return progress_->Save(config_.slot, pipeline_->confirmed_progress());
+  const Lsn confirmed = pipeline_->confirmed_lsn();
+  std::optional<SnapshotBound> reached;
+  while (!candidates_.empty() && candidates_.front().lsn <= confirmed) {
+    reached = std::move(candidates_.front());
+    candidates_.pop_front();
+  }
+  if (!reached) return Status::Ok();
+  WALRELAY_RETURN_IF_ERROR(progress_->SaveBound(config_.slot, *reached));
+  bound_recorded_ = true;
+  return Status::Ok();
 }
 
 // Emits a non-transactional logical message carrying the wall clock; seen in the stream it

@@ -27,14 +27,26 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
          ")";
 }
 
-// The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Idempotent.
+// The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Idempotent,
+// and migrates a table of earlier versions: they keyed letters by (slot, commit_lsn,
+// ordinal) alone, so a letter written by lost-slot recovery (commit_lsn = the new slot's
+// consistent point) and one of a streamed event at that same LSN collided and ON CONFLICT
+// DO NOTHING dropped the second. The key now includes `recovered`. One statement (a DO
+// block); REQUIRES: the quoted name does not contain "$walrelay$".
 inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
-  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
+  const std::string t(quoted_table);
+  const std::string regclass = QuoteLiteral(t) + "::regclass";
+  return "DO $walrelay$\n"
+         "DECLARE c record;\n"
+         "BEGIN\n"
+         "CREATE TABLE IF NOT EXISTS " +
+         t +
          " (\n"
          "  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
          "  dead_at      timestamptz NOT NULL DEFAULT now(),\n"
          "  slot         text NOT NULL,\n"
          "  source       text NOT NULL,\n"
+         "  recovered    boolean NOT NULL DEFAULT false,\n"
          "  commit_lsn   pg_lsn NOT NULL,\n"
          "  ordinal      int NOT NULL,\n"
          "  xid          bigint,\n"
@@ -44,23 +56,59 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
          "  topic        text,\n"
          "  reason       text NOT NULL,\n"
          "  payload      text,\n"
-         "  UNIQUE (slot, commit_lsn, ordinal)\n"
-         ")";
+         "  UNIQUE (slot, recovered, commit_lsn, ordinal)\n"
+         ");\n"
+         "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
+         regclass +
+         " AND attname = 'recovered' AND NOT attisdropped) THEN\n"
+         "  ALTER TABLE " +
+         t +
+         " ADD COLUMN recovered boolean NOT NULL DEFAULT false;\n"
+         "  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = " +
+         regclass +
+         " AND contype = 'u' LOOP\n"
+         "    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', " +
+         regclass +
+         ", c.conname);\n"
+         "  END LOOP;\n"
+         "  ALTER TABLE " +
+         t +
+         " ADD UNIQUE (slot, recovered, commit_lsn, ordinal);\n"
+         "END IF;\n"
+         "END $walrelay$";
 }
 
-// Lost-slot recovery progress: per slot and outbox table, the highest outbox id whose
-// transaction PostgreSQL has confirmed; the row with source '*' carries the slot-level
-// `recovering` flag (set while a backfill is under way). Idempotent.
+// Lost-slot recovery progress (progress.h): per slot, in the row with source '*', the
+// recorded snapshot bound (`bound_snapshot`, taken when the WAL insert position was
+// `bound_lsn`; every transaction visible in it was delivered) and the `recovering` flag
+// (set while a backfill is under way). Rows with another source, and `last_id`, are left
+// by earlier versions (per-table ids) and are not read. Idempotent; adds the bound columns
+// to a table of an earlier version. One statement (a DO block); REQUIRES: the quoted name
+// does not contain "$walrelay$".
 inline std::string ProgressTableDdl(std::string_view quoted_table) {
-  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
+  const std::string t(quoted_table);
+  return "DO $walrelay$ BEGIN\n"
+         "CREATE TABLE IF NOT EXISTS " +
+         t +
          " (\n"
-         "  slot       text NOT NULL,\n"
-         "  source     text NOT NULL,\n"
-         "  last_id    bigint,\n"
-         "  recovering boolean NOT NULL DEFAULT false,\n"
-         "  updated_at timestamptz NOT NULL DEFAULT now(),\n"
+         "  slot           text NOT NULL,\n"
+         "  source         text NOT NULL,\n"
+         "  recovering     boolean NOT NULL DEFAULT false,\n"
+         "  bound_snapshot pg_snapshot,\n"
+         "  bound_lsn      pg_lsn,\n"
+         "  updated_at     timestamptz NOT NULL DEFAULT now(),\n"
          "  PRIMARY KEY (slot, source)\n"
-         ")";
+         ");\n"
+         // ALTER TABLE needs ownership even when there is nothing to add: only when needed.
+         "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
+         QuoteLiteral(t) +
+         "::regclass AND attname = 'bound_snapshot' AND NOT attisdropped) THEN\n"
+         "  ALTER TABLE " +
+         t +
+         " ADD COLUMN IF NOT EXISTS bound_snapshot pg_snapshot,"
+         " ADD COLUMN IF NOT EXISTS bound_lsn pg_lsn;\n"
+         "END IF;\n"
+         "END $walrelay$";
 }
 
 }  // namespace walrelay::relay

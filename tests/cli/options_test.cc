@@ -79,6 +79,18 @@ TEST(OptionsTest, UnknownFileKeyIsAnError) {
   std::remove(file.c_str());
 }
 
+// Configurations written for the id-based recovery carry its look-back: they get the
+// reason, not a bare "unknown option".
+TEST(OptionsTest, RemovedRecoveryLookbackSaysWhy) {
+  std::string file = WriteFile("[recovery]\nlookback_ms = 3600000\n");
+  auto p = Parse({"--config", file, "--source-dsn", "x", "--kafka-bootstrap-servers", "k:1"});
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("'recovery.lookback_ms' was removed"),
+            std::string::npos)
+      << p.config.status().ToString();
+  std::remove(file.c_str());
+}
+
 TEST(OptionsTest, BadValuesSayWhatIsWrong) {
   auto args = kMinimal;
   args.insert(args.end(), {"--flow-max-in-flight-events", "lots"});
