@@ -512,12 +512,14 @@ class SyncStandbyTest : public RelayTest {
     // What `walrelay setup` made earlier, committed while no standby exists yet (such a
     // commit would wait for one): the relay then writes only once it streams.
     ::setenv("PGOPTIONS", "-c synchronous_commit=local", 1);
+    struct Unset {  // also when an assertion returns early: later tests must not inherit it
+      ~Unset() { ::unsetenv("PGOPTIONS"); }
+    } unset;
     RelayTest::SetUp();
     ASSERT_TRUE(pg_->Exec(DeadLetterTableDdl(QuoteIdentifier(config_.dead_letter_table))).ok());
     ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
     ASSERT_TRUE(pg_->Exec("CREATE PUBLICATION walrelay_outbox FOR TABLE outbox").ok());
     ASSERT_TRUE(pg_->Exec("ALTER TABLE outbox ALTER COLUMN aggregate_id DROP NOT NULL").ok());
-    ::unsetenv("PGOPTIONS");
   }
   void TearDown() override {
     // A relay waiting for itself never returns from a COMMIT: ending the server frees it.
