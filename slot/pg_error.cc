@@ -1,6 +1,10 @@
 #include "slot/pg_error.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -124,10 +128,75 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context) {
   return UnavailableError(Join(context, message, "retry when the server is reachable"));
 }
 
+std::chrono::milliseconds ClientWaitBound(PGconn* conn) {
+  const char* options = conn ? PQoptions(conn) : nullptr;
+  if (options == nullptr) return std::chrono::milliseconds(0);
+  const std::string_view o(options);
+  constexpr std::string_view kKey = "statement_timeout=";
+  const size_t at = o.rfind(kKey);  // the last setting wins, as on the server
+  if (at == std::string_view::npos) return std::chrono::milliseconds(0);
+  int64_t ms = 0;
+  for (size_t i = at + kKey.size(); i < o.size() && o[i] >= '0' && o[i] <= '9'; ++i) {
+    ms = ms * 10 + (o[i] - '0');
+  }
+  if (ms <= 0) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(ms) + kClientWaitGrace;
+}
+
+namespace {
+
+// PQexecParams with a bound on the wait for the server's answer. On timeout the socket is
+// shut down, so the connection reports CONNECTION_BAD from then on.
+Result<PgResultPtr> ExecBounded(PGconn* conn, const std::string& sql,
+                                const std::vector<const char*>& params, std::string_view context,
+                                std::chrono::milliseconds bound) {
+  if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr, params.data(),
+                        nullptr, nullptr, 0) == 0) {
+    return PgResultPtr();  // the caller maps the connection's error
+  }
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  PgResultPtr kept;
+  for (;;) {
+    while (PQisBusy(conn)) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd pfd{PQsocket(conn), POLLIN, 0};
+      const int pr = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr == 0) {
+        ::shutdown(PQsocket(conn), SHUT_RDWR);
+        return UnavailableError(
+            std::string(context) + ": no answer from the server within " +
+            std::to_string(bound.count() / 1000) +
+            " s (statement_timeout plus a grace): connection presumed dead (half-open); the "
+            "session restarts with new connections. If this repeats, check the network path "
+            "to the server");
+      }
+      if (pr < 0 || PQconsumeInput(conn) == 0) return PgResultPtr();
+    }
+    PGresult* r = PQgetResult(conn);
+    if (r == nullptr) return kept;
+    // Keep the first error, else the last result (one per statement).
+    if (!kept || PQresultStatus(kept.get()) == PGRES_COMMAND_OK ||
+        PQresultStatus(kept.get()) == PGRES_TUPLES_OK) {
+      kept.reset(r);
+    } else {
+      PQclear(r);
+    }
+  }
+}
+
+}  // namespace
+
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
                            const std::vector<const char*>& params, std::string_view context) {
-  PgResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr,
-                               params.data(), nullptr, nullptr, 0));
+  PgResultPtr res;
+  if (const auto bound = ClientWaitBound(conn); bound.count() > 0) {
+    WALRELAY_ASSIGN_OR_RETURN(res, ExecBounded(conn, sql, params, context, bound));
+  } else {
+    res.reset(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr,
+                           params.data(), nullptr, nullptr, 0));
+  }
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
   Status s = StatusFromResult(conn, res.get(), context);

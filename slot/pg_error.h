@@ -50,9 +50,17 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context);
 
 // Runs `sql` on `conn` with text parameters (nullptr = SQL NULL). OK for a command or
 // tuples result; otherwise the mapped error (StatusFromResult), kUnavailable when the
-// connection itself is gone.
+// connection itself is gone. On a connection with a statement_timeout from ConnectPg's
+// SessionSettings the wait for the answer is bounded too (ClientWaitBound): a server that
+// never answers (a half-open connection, where statement_timeout cannot help) gives
+// kUnavailable and the connection is shut down (CONNECTION_BAD from then on).
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
                            const std::vector<const char*>& params, std::string_view context);
+
+// How long ExecPg waits for the server on `conn`: the statement_timeout ConnectPg sent
+// (SessionSettings) plus kClientWaitGrace; 0 (unbounded) without one.
+inline constexpr std::chrono::milliseconds kClientWaitGrace{5000};
+std::chrono::milliseconds ClientWaitBound(PGconn* conn);
 
 // Runs `create_ddl` (CREATE TABLE ...) unless `table` exists. `table` is a name as SQL
 // writes it ("schema"."name", quoted as needed), resolved by to_regclass. Checking first

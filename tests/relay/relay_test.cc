@@ -435,12 +435,14 @@ class SyncStandbyTest : public RelayTest {
     // What `walrelay setup` made earlier, committed while no standby exists yet (such a
     // commit would wait for one): the relay then writes only once it streams.
     ::setenv("PGOPTIONS", "-c synchronous_commit=local", 1);
+    struct Unset {  // also when an assertion returns early: later tests must not inherit it
+      ~Unset() { ::unsetenv("PGOPTIONS"); }
+    } unset;
     RelayTest::SetUp();
     ASSERT_TRUE(pg_->Exec(DeadLetterTableDdl(QuoteIdentifier(config_.dead_letter_table))).ok());
     ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
     ASSERT_TRUE(pg_->Exec("CREATE PUBLICATION walrelay_outbox FOR TABLE outbox").ok());
     ASSERT_TRUE(pg_->Exec("ALTER TABLE outbox ALTER COLUMN aggregate_id DROP NOT NULL").ok());
-    ::unsetenv("PGOPTIONS");
   }
   void TearDown() override {
     // A relay waiting for itself never returns from a COMMIT: ending the server frees it.
@@ -578,7 +580,24 @@ TEST_F(HalfOpenTest, SilentConnectionIsReplacedAndNothingIsLost) {
   EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << "the relay did not replace the dead connection";
   EXPECT_GT(relay_->stats().restarts.load(), restarts);
   EXPECT_EQ(DistinctEventIds(1000, 30s).size(), 1000u);
-  (*proxy)->Thaw();  // frees what still waits on a frozen connection (the slot guard's poll)
+  (*proxy)->Thaw();  // lets the old session's frozen connections (e.g. the guard's) finish
+}
+
+// The same with heartbeats on: the streaming thread is then inside a SQL call on a frozen
+// side connection when the path dies, where no statement_timeout can help (the server never
+// sees the statement). The client-side bound on the wait (ExecPg) ends it.
+TEST_F(HalfOpenTest, SilentSideConnectionIsGivenUpToo) {
+  auto proxy = testing::TcpProxy::Start(pg_->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  config_.source_dsn = pg_->tcp_conninfo() + " port=" + std::to_string((*proxy)->port());
+  config_.heartbeat_interval = 200ms;
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  (*proxy)->Freeze();
+  WriteEvents(500, 5, 100);
+  EXPECT_TRUE(WaitConfirmedPastCurrent(90s)) << "the relay did not replace the dead connections";
+  EXPECT_EQ(DistinctEventIds(1000, 30s).size(), 1000u);
 }
 
 // Issue 10, item 3: a transaction takes low ids (one row at top level, one in a

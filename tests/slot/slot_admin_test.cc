@@ -295,5 +295,23 @@ TEST(SlotInvalidationTest, ReasonFromTheColumnsOfEachServerVersion) {
   EXPECT_NE(ExplainSlotInvalidation("future_reason").find("'future_reason'"), std::string::npos);
 }
 
+TEST_F(SlotAdminTest, RelaySessionConnectionsBoundTheirWaits) {
+  auto relay = ConnectPg(cluster_->conninfo(), "false", "test", kRelaySession);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  EXPECT_EQ(ClientWaitBound(relay->get()), kRelaySession.statement_timeout + kClientWaitGrace);
+  auto r = ExecPg(relay->get(), "SHOW statement_timeout", {}, "test");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(std::string(PQgetvalue(r->get(), 0, 0)), "30s");
+  r = ExecPg(relay->get(), "SHOW synchronous_commit", {}, "test");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::string(PQgetvalue(r->get(), 0, 0)), "local");
+  // Errors still map through the bounded path.
+  EXPECT_EQ(ExecPg(relay->get(), "SELEC 1", {}, "test").status().code(),
+            StatusCode::kInvalidArgument);
+  auto plain = ConnectPg(cluster_->conninfo(), "false", "test");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(ClientWaitBound(plain->get()).count(), 0);
+}
+
 }  // namespace
 }  // namespace walrelay::slot
