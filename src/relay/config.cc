@@ -74,6 +74,15 @@ Status RelayConfig::Validate() const {
                                   "requires enable.idempotence=true and acks=all");
     }
   }
+  for (const char* key : {"message.timeout.ms", "delivery.timeout.ms"}) {
+    auto it = kafka_properties.find(key);
+    if (it != kafka_properties.end() && it->second != "0") {
+      return InvalidArgumentError(std::string("--kafka-property ") + key + "=" + it->second +
+                                  " would let librdkafka give up on a record and deliver later "
+                                  "ones of its partition first; walrelay never times records "
+                                  "out (the slot holds them while Kafka is away): remove it");
+    }
+  }
   for (const auto& [flag, value] :
        {std::pair{"--guard-warn", &guard_warn}, std::pair{"--guard-critical", &guard_critical}}) {
     auto t = Threshold::Parse(*value);

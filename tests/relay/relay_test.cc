@@ -49,7 +49,6 @@ class RelayTest : public ::testing::Test {
     config_.status_interval = 100ms;
     config_.reconnect_min = 50ms;
     config_.reconnect_max = 500ms;
-    config_.kafka_properties["message.timeout.ms"] = "20000";
   }
 
   void TearDown() override { StopRelay(); }
