@@ -47,6 +47,10 @@ inline constexpr MetricName kServerWalEndLsn{
 inline constexpr MetricName kFlushLagBytes{
     "walrelay_flush_lag_bytes",
     "Server WAL end minus the confirmed flush LSN: WAL not yet confirmed by the relay."};
+inline constexpr MetricName kKafkaBatchSize{
+    "walrelay_kafka_batch_size_bytes",
+    "batch.size in use after the broker refused a batch of records (halved per refusal); 0 = "
+    "as configured."};
 inline constexpr MetricName kStreaming{
     "walrelay_streaming", "1 while a replication session is streaming, else 0 (connection state)."};
 // Histograms (seconds; metrics::DefaultLatencyBuckets()).

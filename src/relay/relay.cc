@@ -70,6 +70,10 @@ class Relay::Session {
   }
 
   Status Start();
+  // The batch limit under which the broker refused a batch of several records, or 0.
+  int64_t refused_batch_limit() const {
+    return sink_ ? sink_->producer().refused_batch_limit() : 0;
+  }
   Status Stream() {
     Status st = pipeline_->Run(relay_.stop_);
     if (st.ok()) st = SaveProgress();  // stopped cleanly: record the final progress
@@ -120,6 +124,9 @@ Status Relay::Session::Start() {
   kafka::ProducerOptions popts;
   popts.properties.emplace_back("bootstrap.servers", relay_.bootstrap_servers());
   for (const auto& [k, v] : config_.kafka_properties) popts.properties.emplace_back(k, v);
+  if (relay_.kafka_batch_size_ > 0) {
+    popts.properties.emplace_back("batch.size", std::to_string(relay_.kafka_batch_size_));
+  }
   WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(std::move(popts)));
 
   // The replication connection and the slot: existing, new, or recovered.
@@ -282,6 +289,7 @@ Status Relay::StartObservability() {
   gauge(mn::kReceivedLsn, stats_.received_lsn);
   gauge(mn::kServerWalEndLsn, stats_.server_wal_end);
   gauge(mn::kStreaming, stats_.streaming);
+  gauge(mn::kKafkaBatchSize, stats_.kafka_batch_size);
   r.AddGaugeCallback(mn::kFlushLagBytes.name, mn::kFlushLagBytes.help, {}, [this] {
     const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
     return end > flush ? static_cast<double>(end - flush) : 0.0;
@@ -365,6 +373,18 @@ Status Relay::Run() {
         backoff = config_.reconnect_min;
         st = session.Stream();
         if (st.ok()) break;  // stopped on request
+      }
+      if (const int64_t refused = session.refused_batch_limit(); refused > 0) {
+        // The broker refused a batch of records (the topic's max.message.bytes is below
+        // the batch, or it refused one record in it): smaller batches from now on, until
+        // a record travels alone and is judged by itself.
+        kafka_batch_size_ = std::max<int64_t>(1, refused / 2);
+        stats_.kafka_batch_size.store(kafka_batch_size_);
+        spdlog::warn(
+            "the broker refused a batch of {} bytes; the next session produces with "
+            "batch.size={} (raise the topic's max.message.bytes or set --kafka-property "
+            "batch.size to avoid the restarts)",
+            refused, kafka_batch_size_);
       }
     }
     if (!Retryable(st)) {

@@ -81,6 +81,8 @@ class Relay {
   std::unique_ptr<Embedded> embedded_;
   std::unique_ptr<Observability> obs_;
   bool guard_started_ = false;
+  // batch.size for new producers after the broker refused a batch; 0 = as configured.
+  int64_t kafka_batch_size_ = 0;
 };
 
 }  // namespace walrelay::relay

@@ -30,6 +30,8 @@ struct RelayStats {
   std::atomic<uint64_t> heartbeats_sent{0};   // heartbeat messages emitted
   std::atomic<uint64_t> slot_recoveries{0};   // lost-slot recoveries completed
   std::atomic<int64_t> heartbeat_lag_us{-1};  // gauge: emit -> seen, -1 before the first
+  // gauge: the batch.size sessions use after the broker refused a batch; 0 = as configured.
+  std::atomic<int64_t> kafka_batch_size{0};
 };
 
 }  // namespace walrelay::relay

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
 
 #include <map>
 #include <set>
@@ -355,6 +356,49 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   std::set<std::string> ids;
   for (const auto& r : records) ids.insert(r.Header("event_id"));
   EXPECT_EQ(ids.size(), 501u);
+}
+
+// Issue 10 item 2: the broker refuses a batch of small records (as for a topic whose
+// max.message.bytes is below the batch): none of them is dead-lettered; the session
+// restarts with a smaller batch.size and they all arrive.
+TEST_F(RelayTest, RefusedBatchIsProducedAgainNotDeadLettered) {
+  config_.kafka_properties["batch.size"] = "20000";
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'a', 'Small', jsonb_build_object('seq', g) FROM "
+                        "generate_series(1, 5) g")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(DistinctEventIds(5, 20s).size(), 5u);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  EXPECT_EQ(relay_->stats().kafka_batch_size.load(), 10000);
+  auto dead = pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter");
+  ASSERT_TRUE(dead.ok());
+  EXPECT_EQ(*dead, "0");
+}
+
+// Issue 10 item 2: a record that travels alone (its own size reaches the batch limit) and
+// is refused is dead-lettered for itself; the stream goes on without a restart.
+TEST_F(RelayTest, RecordRefusedAloneIsDeadLetteredForItself) {
+  config_.kafka_properties["batch.size"] = "20000";
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'a', 'Big', jsonb_build_object('blob', "
+                        "repeat('z', 30000)))")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  WriteEvents(0, 1, 3);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(DistinctEventIds(3, 20s).size(), 3u);
+  auto rows = pg_->Query("SELECT event_type, reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(*(*rows)[0][0], "Big");
+  EXPECT_NE((*rows)[0][1]->find("refused the record itself"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(relay_->stats().restarts.load(), 0u);
 }
 
 // The database goes away mid-stream (immediate shutdown = crash, then restart): the relay
