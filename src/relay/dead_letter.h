@@ -6,10 +6,15 @@
 // Replays after a restart write the same rows again; (slot, commit_lsn, ordinal) is
 // unique and the insert is ON CONFLICT DO NOTHING, so each event has one row.
 //
-// Table (created when missing):
+// Any bytes fit (invariant 7): the payload is stored exactly, as bytea; the text columns
+// keep valid UTF-8 as is and write a NUL byte or a byte of an invalid UTF-8 sequence as the
+// four characters \xNN. A failed write is therefore never the data's fault: it is
+// kUnavailable (the session restarts, the event is not confirmed and is written again).
+//
+// Table (created when missing; a text payload column of an older walrelay is converted):
 //   id bigint identity PK, dead_at timestamptz, slot text, source text, commit_lsn pg_lsn,
 //   ordinal int (position of the event in its transaction), xid bigint, event_id text,
-//   aggregate_id text, event_type text, topic text, reason text, payload text,
+//   aggregate_id text, event_type text, topic text, reason text, payload bytea,
 //   UNIQUE (slot, commit_lsn, ordinal)
 //
 // Thread safety: not thread-safe; one per relay session.
@@ -53,6 +58,9 @@ class LoggingDeadLetterSink : public DeadLetterSink {
   uint64_t count_ = 0;
 };
 
+// `text` as valid UTF-8 without NUL: valid sequences kept, any other byte as \xNN.
+std::string SanitizeText(std::string_view text);
+
 class DeadLetterWriter : public DeadLetterSink {
  public:
   // Connects (normal connection) and creates the table when missing. `table` may be
@@ -63,8 +71,8 @@ class DeadLetterWriter : public DeadLetterSink {
   DeadLetterWriter(const DeadLetterWriter&) = delete;
   DeadLetterWriter& operator=(const DeadLetterWriter&) = delete;
 
-  // Inserts and commits one row (idempotent per slot/commit_lsn/ordinal).
-  // kUnavailable when the database cannot be reached (the session restarts).
+  // Inserts and commits one row (idempotent per slot/commit_lsn/ordinal). Any failure is
+  // kUnavailable with the server's reason (the session restarts and writes it again).
   Status Write(const DeadLetter& letter) override;
 
  private:

@@ -24,6 +24,9 @@ inline constexpr MetricName kEventsPublished{"walrelay_events_published_total",
 inline constexpr MetricName kEventsDeadLettered{
     "walrelay_events_dead_lettered_total",
     "Unmappable events written to the dead-letter table (then confirmed)."};
+inline constexpr MetricName kDeadLetterWriteFailures{
+    "walrelay_dead_letter_write_failures_total",
+    "Dead-letter writes that failed; the event stayed unconfirmed and the session restarted."};
 // Label kind = update | delete | truncate | message.
 inline constexpr MetricName kEventsSkipped{
     "walrelay_events_skipped_total",

@@ -125,7 +125,11 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
 }
 
 Status Pipeline::WriteDeadLetter(const DeadLetter& letter) {
-  WALRELAY_RETURN_IF_ERROR(dead_letters_.Write(letter));
+  if (Status st = dead_letters_.Write(letter); !st.ok()) {
+    stats_.dead_letter_write_failures.fetch_add(1, std::memory_order_relaxed);
+    return st.WithContext("dead letter of " + std::string(letter.source) + " at " +
+                          letter.commit_lsn.ToString() + " #" + std::to_string(letter.ordinal));
+  }
   stats_.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
   spdlog::warn("dead-lettered event {} of {} (commit {}, #{}): {}", letter.event_id, letter.source,
                letter.commit_lsn.ToString(), letter.ordinal, letter.reason);

@@ -273,6 +273,7 @@ Status Relay::StartObservability() {
   counter(mn::kEventsProduced, stats_.events_produced);
   counter(mn::kEventsPublished, stats_.events_acked);
   counter(mn::kEventsDeadLettered, stats_.events_dead_lettered);
+  counter(mn::kDeadLetterWriteFailures, stats_.dead_letter_write_failures);
   counter(mn::kEventsSkipped, stats_.skipped_updates, {{"kind", "update"}});
   counter(mn::kEventsSkipped, stats_.skipped_deletes, {{"kind", "delete"}});
   counter(mn::kEventsSkipped, stats_.skipped_truncates, {{"kind", "truncate"}});

@@ -65,9 +65,21 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
          "  event_type   text,\n"
          "  topic        text,\n"
          "  reason       text NOT NULL,\n"
-         "  payload      text,\n"
+         "  payload      bytea,\n"
          "  UNIQUE (slot, commit_lsn, ordinal)\n"
          ")";
+}
+
+// Upgrades a dead-letter table created before payload became bytea (any bytes must fit):
+// the old text payloads are kept as their UTF-8 bytes. Idempotent; one statement.
+inline std::string DeadLetterTableUpgradeSql(std::string_view quoted_table) {
+  return "DO $walrelay$ BEGIN IF (SELECT atttypid = 'text'::regtype FROM pg_attribute WHERE "
+         "attrelid = " +
+         QuoteLiteral(quoted_table) +
+         "::regclass AND attname = 'payload' AND NOT attisdropped) THEN ALTER TABLE " +
+         std::string(quoted_table) +
+         " ALTER COLUMN payload TYPE bytea USING convert_to(payload, 'UTF8'); END IF; END "
+         "$walrelay$";
 }
 
 // Lost-slot recovery progress: per slot and outbox table, the highest outbox id whose

@@ -14,6 +14,7 @@
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
 #include "src/metrics/registry.h"
+#include "src/relay/dead_letter.h"
 #include "src/relay/position.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
@@ -356,6 +357,59 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   std::set<std::string> ids;
   for (const auto& r : records) ids.insert(r.Header("event_id"));
   EXPECT_EQ(ids.size(), 501u);
+}
+
+// Issue 10 item 8: a table-less event whose content is not UTF-8 (NUL and invalid bytes)
+// is dead-lettered with its exact bytes, and the stream goes on (it used to fail the
+// dead-letter INSERT and end the process).
+TEST_F(RelayTest, DeadLetterOfArbitraryBytesIsStoredExactly) {
+  StartRelay();
+  ASSERT_TRUE(
+      pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', '\\xff00fe7b'::bytea)")
+          .ok());
+  WriteEvents(0, 1, 3);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(3, 20s).size(), 3u);
+  auto rows = pg_->Query("SELECT encode(payload, 'hex'), reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(*(*rows)[0][0], "ff00fe7b");
+  EXPECT_NE((*rows)[0][1]->find("envelope is not valid JSON"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(relay_->stats().streaming.load(), 1);
+}
+
+// A dead-letter table of an older walrelay (payload text) is converted on open; its rows
+// keep their payloads.
+TEST_F(RelayTest, OldTextPayloadDeadLetterTableIsConverted) {
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE walrelay_dead_letter (id bigint GENERATED ALWAYS AS "
+                        "IDENTITY PRIMARY KEY, dead_at timestamptz NOT NULL DEFAULT now(), slot "
+                        "text NOT NULL, source text NOT NULL, commit_lsn pg_lsn NOT NULL, ordinal "
+                        "int NOT NULL, xid bigint, event_id text, aggregate_id text, event_type "
+                        "text, topic text, reason text NOT NULL, payload text, UNIQUE (slot, "
+                        "commit_lsn, ordinal))")
+                  .ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_dead_letter (slot, source, commit_lsn, ordinal, "
+                        "reason, payload) VALUES ('s', 't', '0/1', 0, 'r', '{\"é\": 1}')")
+                  .ok());
+  auto writer = DeadLetterWriter::Open(pg_->conninfo(), "walrelay_dead_letter", "walrelay");
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  auto payload = pg_->QueryScalar("SELECT convert_from(payload, 'UTF8') FROM walrelay_dead_letter");
+  ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+  EXPECT_EQ(*payload, "{\"é\": 1}");
+  DeadLetter l;
+  l.source = "public.outbox";
+  l.commit_lsn = Lsn(0x100);
+  l.event_id = std::string_view("e\0\xff", 3);
+  l.payload = std::string_view("\0\xff", 2);
+  l.reason = "test";
+  ASSERT_TRUE((*writer)->Write(l).ok());
+  auto row = pg_->Query(
+      "SELECT event_id, encode(payload, 'hex') FROM walrelay_dead_letter WHERE source = "
+      "'public.outbox'");
+  ASSERT_TRUE(row.ok()) << row.status().ToString();
+  ASSERT_EQ(row->size(), 1u);
+  EXPECT_EQ(*(*row)[0][0], "e\\x00\\xff");
+  EXPECT_EQ(*(*row)[0][1], "00ff");
 }
 
 // Issue 10 item 2: the broker refuses a batch of small records (as for a topic whose
