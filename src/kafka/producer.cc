@@ -294,6 +294,25 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
   }
 }
 
+Status Producer::CheckTopic(std::string_view topic, std::chrono::milliseconds timeout) {
+  WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
+  const rd_kafka_metadata_t* metadata = nullptr;
+  rd_kafka_resp_err_t err =
+      rd_kafka_metadata(rk_, 0, rkt, &metadata, static_cast<int>(timeout.count()));
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return UnavailableError(
+        fmt::format("kafka metadata for topic {}: {}", topic, KafkaErrorText(err)));
+  }
+  err = metadata->topic_cnt > 0 ? metadata->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+  rd_kafka_metadata_destroy(metadata);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
+  const StatusCode code = StatusCodeForKafkaError(err);
+  return Status(code == StatusCode::kNotFound || code == StatusCode::kPermissionDenied
+                    ? code
+                    : StatusCode::kUnavailable,
+                fmt::format("kafka topic {}: {}", topic, KafkaErrorText(err)));
+}
+
 std::string_view DeliveredRecord::topic() const {
   return message_->rkt != nullptr ? std::string_view(rd_kafka_topic_name(message_->rkt))
                                   : std::string_view();

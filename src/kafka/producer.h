@@ -130,6 +130,14 @@ class Producer {
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
                  std::span<const Header> headers, uint64_t cookie);
 
+  // Asks the cluster about `topic` (a metadata request; blocks up to `timeout`, serving no
+  // reports). kNotFound when it does not exist, kPermissionDenied when the producer may not
+  // use it, kUnavailable when the cluster did not answer or the topic is not ready yet,
+  // OK otherwise. (librdkafka fails a record of a missing topic only after
+  // topic.metadata.propagation.max.ms, and keeps one of an unauthorized topic queued for
+  // ever since records never time out: ask before producing.)
+  Status CheckTopic(std::string_view topic, std::chrono::milliseconds timeout);
+
   // Serves delivery reports and errors, waiting up to `timeout` for the first one.
   // Returns the number of events served. Detects a fatal error (see fatal()).
   int Poll(std::chrono::milliseconds timeout);

@@ -54,6 +54,10 @@ inline constexpr MetricName kKafkaBatchSize{
     "walrelay_kafka_batch_size_bytes",
     "batch.size in use after the broker refused a batch of records (halved per refusal); 0 = "
     "as configured."};
+inline constexpr MetricName kKafkaFailingTopics{
+    "walrelay_kafka_failing_topics",
+    "Topics that do not exist or may not be written: their events are retried for "
+    "--kafka-topic-error-timeout-ms, then dead-lettered."};
 inline constexpr MetricName kStreaming{
     "walrelay_streaming", "1 while a replication session is streaming, else 0 (connection state)."};
 // Histograms (seconds; metrics::DefaultLatencyBuckets()).

@@ -119,9 +119,45 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
     delivery_failure_ = st;
     return;
   }
+  if ((status.code() == StatusCode::kNotFound || status.code() == StatusCode::kPermissionDenied) &&
+      delivered != nullptr && options_.topic_errors != nullptr) {
+    // The topic's own fault (deleted, or authorization revoked, after the check): starts
+    // its clock; the next session checks it before producing.
+    options_.topic_errors->Fail(delivered->topic(), status.message());
+  }
   if (delivery_failure_.ok()) {
     delivery_failure_ = status.WithContext("delivery failed");
   }
+}
+
+Status Pipeline::CheckTopic(std::string_view topic, std::string* dead_letter_reason) {
+  if (options_.topic_errors == nullptr) return Status::Ok();
+  const auto now = Clock::now();
+  auto it = topic_checks_.find(topic);
+  if (it == topic_checks_.end() || now >= it->second.recheck) {
+    Status st = sink_.CheckTopic(topic);
+    TopicCheck check;
+    if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied) {
+      check.status = std::move(st);
+      check.recheck = now + std::chrono::seconds(10);
+    } else {
+      // Usable, or the cluster cannot tell now: produce and let the reports decide.
+      check.recheck = Clock::time_point::max();
+      options_.topic_errors->Clear(topic);
+    }
+    it = topic_checks_.insert_or_assign(std::string(topic), std::move(check)).first;
+  }
+  const Status& st = it->second.status;
+  if (st.ok()) return Status::Ok();
+  if (options_.topic_errors->Fail(topic, st.message())) {
+    *dead_letter_reason = st.message() +
+                          " (failing for longer than --kafka-topic-error-timeout-ms=" +
+                          std::to_string(options_.topic_errors->timeout().count()) + ")";
+    return Status::Ok();
+  }
+  return UnavailableError(st.message() +
+                          ": retried until --kafka-topic-error-timeout-ms has passed, then "
+                          "the topic's events are dead-lettered");
 }
 
 Status Pipeline::WriteDeadLetter(const DeadLetter& letter) {
@@ -195,6 +231,13 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
     if (mapped.code() != StatusCode::kInvalidArgument) return mapped;
     WALRELAY_RETURN_IF_ERROR(
         WriteDeadLetter(LetterForCurrent(source, mapped.message(), raw_payload)));
+    ++tx_ordinal_;
+    return Status::Ok();
+  }
+  std::string topic_reason;
+  WALRELAY_RETURN_IF_ERROR(CheckTopic(event_.topic, &topic_reason));
+  if (!topic_reason.empty()) {
+    WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, topic_reason, event_.value)));
     ++tx_ordinal_;
     return Status::Ok();
   }

@@ -170,6 +170,7 @@ Status Relay::Session::Start() {
   pipeline_options.tick = [this] { return Tick(); };
   pipeline_options.produce_latency = relay_.obs_->produce_latency;
   pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
+  pipeline_options.topic_errors = relay_.topic_errors_.get();
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 
@@ -260,6 +261,7 @@ std::string Relay::bootstrap_servers() const {
 Status Relay::StartObservability() {
   namespace mn = metric_names;
   obs_ = std::make_unique<Observability>();
+  topic_errors_ = std::make_unique<TopicErrors>(config_.kafka_topic_error_timeout);
   metrics::Registry& r = obs_->registry;
   auto counter = [&r](const mn::MetricName& m, const std::atomic<uint64_t>& a,
                       metrics::Labels labels = {}) {
@@ -291,6 +293,8 @@ Status Relay::StartObservability() {
   gauge(mn::kServerWalEndLsn, stats_.server_wal_end);
   gauge(mn::kStreaming, stats_.streaming);
   gauge(mn::kKafkaBatchSize, stats_.kafka_batch_size);
+  r.AddGaugeCallback(mn::kKafkaFailingTopics.name, mn::kKafkaFailingTopics.help, {},
+                     [this] { return static_cast<double>(topic_errors_->failing()); });
   r.AddGaugeCallback(mn::kFlushLagBytes.name, mn::kFlushLagBytes.help, {}, [this] {
     const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
     return end > flush ? static_cast<double>(end - flush) : 0.0;
@@ -319,6 +323,7 @@ Status Relay::StartObservability() {
     metrics::ServerOptions so;
     so.address = config_.metrics_address;
     so.ready = [this]() -> Status {
+      if (Status topics = topic_errors_->Readiness(); !topics.ok()) return topics;
       if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
       const SlotState state = obs_->guard->state();
       if (SlotStateSeverity(state) >= 2) {
@@ -371,9 +376,14 @@ Status Relay::Run() {
       Session session(*this);
       st = session.Start();
       if (st.ok()) {
-        backoff = config_.reconnect_min;
+        const auto streaming_since = Clock::now();
         st = session.Stream();
         if (st.ok()) break;  // stopped on request
+        // A session that streamed a while starts the backoff anew; one that fails at once
+        // again (e.g. on an event whose topic is being retried) keeps backing off.
+        if (Clock::now() - streaming_since >= std::chrono::seconds(10)) {
+          backoff = config_.reconnect_min;
+        }
       }
       if (const int64_t refused = session.refused_batch_limit(); refused > 0) {
         // The broker refused a batch of records (the topic's max.message.bytes is below

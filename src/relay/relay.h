@@ -39,6 +39,7 @@
 #include "base/status.h"
 #include "src/relay/config.h"
 #include "src/relay/relay_stats.h"
+#include "src/relay/topic_errors.h"
 
 namespace walrelay::relay {
 
@@ -79,6 +80,7 @@ class Relay {
   std::atomic<bool> stop_{false};
   struct Embedded;
   std::unique_ptr<Embedded> embedded_;
+  std::unique_ptr<TopicErrors> topic_errors_;  // across sessions
   std::unique_ptr<Observability> obs_;
   bool guard_started_ = false;
   // batch.size for new producers after the broker refused a batch; 0 = as configured.

@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 
 #include <map>
 #include <set>
@@ -410,6 +411,44 @@ TEST_F(RelayTest, OldTextPayloadDeadLetterTableIsConverted) {
   ASSERT_EQ(row->size(), 1u);
   EXPECT_EQ(*(*row)[0][0], "e\\x00\\xff");
   EXPECT_EQ(*(*row)[0][1], "00ff");
+}
+
+// Issue 10 item 8: an event whose topic does not exist, and one whose topic the relay may
+// not write, are retried for --kafka-topic-error-timeout-ms (reported in /readyz and a
+// metric), then dead-lettered with the reason; the other events are delivered.
+TEST_F(RelayTest, TopicErrorsAreRetriedForTheBoundThenDeadLettered) {
+  config_.kafka_topic_error_timeout = 2s;
+  config_.metrics_address = "127.0.0.1:0";
+  rd_kafka_mock_topic_set_error(kafka_->handle(), "missing.topic",
+                                RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  rd_kafka_mock_topic_set_error(kafka_->handle(), "denied.topic",
+                                RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'a', 'missing.topic', 'Lost', '{}'), "
+                        "('payment', 'b', 'denied.topic', 'Denied', '{}')")
+                  .ok());
+  bool reported = false;
+  httplib::Client client("127.0.0.1", relay_->metrics_port());
+  for (int i = 0; i < 40 && !reported; ++i) {
+    auto ready = client.Get("/readyz");
+    reported =
+        ready && ready->status == 503 && ready->body.find("missing.topic") != std::string::npos;
+    if (!reported) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(reported) << "/readyz did not name the failing topic";
+  WriteEvents(0, 1, 3);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(3, 20s).size(), 3u);
+  auto rows = pg_->Query("SELECT topic, reason FROM walrelay_dead_letter ORDER BY ordinal");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(*(*rows)[0][0], "missing.topic");
+  EXPECT_NE((*rows)[0][1]->find("UNKNOWN_TOPIC_OR_PART"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(*(*rows)[1][0], "denied.topic");
+  EXPECT_NE((*rows)[1][1]->find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos) << *(*rows)[1][1];
+  EXPECT_NE(relay_->RenderMetrics().find("walrelay_kafka_failing_topics 2"), std::string::npos);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
 }
 
 // Issue 10 item 2: the broker refuses a batch of small records (as for a topic whose
