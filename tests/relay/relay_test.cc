@@ -451,6 +451,20 @@ TEST_F(RelayTest, TopicErrorsAreRetriedForTheBoundThenDeadLettered) {
   EXPECT_GE(relay_->stats().restarts.load(), 1u);
 }
 
+// Issue 10 item 7: a fatal producer error (the broker reports the head-of-line request out
+// of sequence) ends the session, not the process: a new session with a new producer
+// delivers everything.
+TEST_F(RelayTest, FatalProducerErrorStartsANewSession) {
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER});
+  WriteEvents(0, 5, 20);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(100, 20s).size(), 100u);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  EXPECT_EQ(relay_->stats().streaming.load(), 1);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+}
+
 // Issue 10 item 2: the broker refuses a batch of small records (as for a topic whose
 // max.message.bytes is below the batch): none of them is dead-lettered; the session
 // restarts with a smaller batch.size and they all arrive.
