@@ -326,6 +326,12 @@ std::string_view DeliveredRecord::value() const {
   return {static_cast<const char*>(message_->payload), message_->len};
 }
 
+bool DeliveredRecord::topic_error() const {
+  return message_->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+         message_->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+         message_->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+}
+
 int64_t DeliveredRecord::latency_us() const { return rd_kafka_message_latency(message_); }
 
 std::string_view DeliveredRecord::Header(std::string_view name) const {

@@ -81,6 +81,10 @@ class DeliveredRecord {
   int64_t latency_us() const;
   // The first header named `name`, or "" when absent.
   std::string_view Header(std::string_view name) const;
+  // True when the record failed for a reason of its topic's own: it does not exist
+  // (UNKNOWN_TOPIC_OR_PART, _UNKNOWN_TOPIC) or may not be written
+  // (TOPIC_AUTHORIZATION_FAILED).
+  bool topic_error() const;
 
  private:
   const rd_kafka_message_s* message_;

@@ -119,11 +119,17 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
     delivery_failure_ = st;
     return;
   }
-  if ((status.code() == StatusCode::kNotFound || status.code() == StatusCode::kPermissionDenied) &&
-      delivered != nullptr && options_.topic_errors != nullptr) {
+  if (delivered != nullptr && delivered->topic_error() && options_.topic_errors != nullptr) {
     // The topic's own fault (deleted, or authorization revoked, after the check): starts
-    // its clock; the next session checks it before producing.
+    // its clock and restarts (never a final error); the next session checks the topic
+    // before producing and dead-letters its events once the bound has passed.
     options_.topic_errors->Fail(delivered->topic(), status.message());
+    if (delivery_failure_.ok()) {
+      delivery_failure_ = UnavailableError("delivery failed: " + status.message() +
+                                           " (the topic is retried, then its events are "
+                                           "dead-lettered)");
+    }
+    return;
   }
   if (delivery_failure_.ok()) {
     delivery_failure_ = status.WithContext("delivery failed");

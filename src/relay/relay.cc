@@ -49,6 +49,7 @@ bool Retryable(const Status& st) {
     case StatusCode::kInternal:            // fatal producer error: a new producer fixes it
     case StatusCode::kNotFound:            // e.g. a topic not created yet: loud, retried
     case StatusCode::kFailedPrecondition:  // e.g. the slot is active for another reader
+    case StatusCode::kCancelled:           // purged records: purges happen only to restart
       return true;
     default:
       return false;

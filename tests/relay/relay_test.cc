@@ -451,6 +451,18 @@ TEST_F(RelayTest, TopicErrorsAreRetriedForTheBoundThenDeadLettered) {
   EXPECT_GE(relay_->stats().restarts.load(), 1u);
 }
 
+// Issue 10 item 8: a topic error reported for a produced record (authorization revoked
+// after the topic was checked) restarts the session; it never ends the process.
+TEST_F(RelayTest, TopicErrorInADeliveryReportRestartsNotExits) {
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
+  WriteEvents(0, 1, 5);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(5, 20s).size(), 5u);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+}
+
 // Issue 10 item 7: a fatal producer error (the broker reports the head-of-line request out
 // of sequence) ends the session, not the process: a new session with a new producer
 // delivers everything.
