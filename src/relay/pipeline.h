@@ -7,8 +7,13 @@
 //        └──── SendStatus(flush = AckTracker::FlushLsn) ◄──── delivery reports ◄──┘
 //
 // See relay.h for the guarantees (acked-only flush, backpressure, dead letters, idle
-// confirmation). Thread safety: single-threaded; the sink calls OnDelivery() on the
-// pipeline's thread, from inside Produce/Poll/Flush.
+// confirmation). Delivery reports: OK acks the event; kInvalidArgument (the record itself
+// refused) dead-letters it from the record's own headers; kNotFound / kPermissionDenied
+// start the topic's clock in TopicErrors; every other failure (kCancelled included: a
+// purge happens only to restart) ends the session with the first failure. Before the
+// first record of a topic the sink is asked whether the topic exists and may be written.
+// Thread safety: single-threaded; the sink calls OnDelivery() on the pipeline's thread,
+// from inside Produce/Poll/Flush.
 #pragma once
 
 #include <atomic>
