@@ -236,7 +236,7 @@ Result<rd_kafka_topic_t*> Producer::Topic(std::string_view name) {
 Status Producer::Produce(std::string_view topic, std::string_view key, std::string_view value,
                          std::span<const Header> headers, uint64_t cookie) {
   CheckFatal();
-  if (!stopped_.ok()) return stopped_;
+  if (!stopped_.ok()) return StoppedError();
   WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
 
   size_t header_bytes = 0;
@@ -272,7 +272,7 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
   }
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
   if (hdrs != nullptr) rd_kafka_headers_destroy(hdrs);
-  if (!stopped_.ok()) return stopped_;
+  if (!stopped_.ok()) return StoppedError();
 
   switch (err) {
     case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
@@ -287,7 +287,7 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
                       queue_full_timeout_.count(), rd_kafka_outq_len(rk_)));
     case RD_KAFKA_RESP_ERR__FATAL:
       CheckFatal();
-      return stopped_;
+      return StoppedError();
     default:
       return Status(StatusCodeForKafkaError(err),
                     fmt::format("kafka produce to {}: {}", topic, KafkaErrorText(err)));
@@ -423,6 +423,14 @@ void Producer::CheckFatal(bool serve_purged) {
   spdlog::error("{}", fatal_.message());
   stopped_ = Status::Ok();  // the fatal error supersedes an earlier stop
   Stop(fatal_, serve_purged);
+}
+
+Status Producer::StoppedError() const {
+  if (!fatal_.ok()) return fatal_;
+  return UnavailableError(
+      "kafka producer stopped after a failed delivery (a new producer is "
+      "needed): " +
+      stopped_.message());
 }
 
 void Producer::Stop(Status why, bool serve_purged) {

@@ -12,7 +12,7 @@
 //     the same partition first (invariant 9);
 //   - the first failed delivery report stops the producer (ProducerOptions::
 //     stop_on_failure): everything still queued or in flight is purged at once, before the
-//     report is handed on, and every later Produce() fails with stopped(). A record refused
+//     report is handed on, and every later Produce() fails (see stopped()). A record refused
 //     for its own size (kInvalidArgument, see below) does not stop it. The relay then
 //     restarts from the slot's confirmed_flush_lsn (crash-only recovery);
 //   - on a fatal error (rd_kafka_fatal_error: the idempotence guarantee is broken) the
@@ -162,7 +162,8 @@ class Producer {
   const Status& fatal() const { return fatal_; }
 
   // OK until the producer stopped (fatal error, or the first failed delivery report with
-  // stop_on_failure); then why, sticky. Produce() fails with it.
+  // stop_on_failure); then why, sticky. Produce() then fails with the fatal error
+  // (kInternal), or kUnavailable naming this failure: either way, a restart is needed.
   const Status& stopped() const { return stopped_; }
 
   // The batch limit (min(batch.size, message.max.bytes)) in effect when the broker refused
@@ -187,6 +188,8 @@ class Producer {
   // the purged reports at once when serve_purged, else (inside a delivery callback) at
   // the next poll.
   void Stop(Status why, bool serve_purged);
+  // What Produce() returns once stopped (see stopped()).
+  Status StoppedError() const;
 
   friend struct ProducerCallbacks;  // librdkafka's C callbacks, in producer.cc
   void HandleDelivery(const rd_kafka_message_s* message);

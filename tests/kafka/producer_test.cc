@@ -355,6 +355,21 @@ TEST_F(ProducerTest, FirstFailedReportPurgesEverythingBehindIt) {
   // does not check), so it is not asserted here.
 }
 
+// After a stop, Produce() says "restart" (kUnavailable), whatever the first failure's own
+// code was: the caller must not take a topic's authorization error for a final one.
+TEST_F(ProducerTest, ProduceAfterAStopAsksForARestart) {
+  ASSERT_TRUE(cluster_->CreateTopic("one", 1, 1).ok());
+  auto producer = MakeProducer();
+  ASSERT_NE(producer, nullptr);
+  cluster_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
+  ASSERT_TRUE(producer->Produce("one", "k", "v", {}, 1).ok());
+  ASSERT_TRUE(PollUntil(*producer, 1, 20s));
+  EXPECT_EQ(reports_.by_cookie[1][0].code(), StatusCode::kPermissionDenied);
+  Status st = producer->Produce("one", "k", "v", {}, 2);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos) << st.message();
+}
+
 // Issue 10 item 2: a batch the broker refuses fails every record in it; only a record that
 // travelled alone (its own size reaches the batch limit) is refused for itself.
 TEST_F(ProducerTest, RefusedBatchBlamesOnlyARecordThatTravelledAlone) {
