@@ -200,7 +200,8 @@ std::vector<OptionSpec> BuildRunOptions() {
     OptionSpec s{"kafka.properties",
                  OptionKind::kMap,
                  "Any librdkafka producer property as NAME=VALUE (repeatable; a TOML table). "
-                 "enable.idempotence=true and acks=all cannot be weakened.",
+                 "enable.idempotence=true, acks=all and message.timeout.ms=0 (records never "
+                 "time out) cannot be changed.",
                  false,
                  nullptr,
                  nullptr};
@@ -214,6 +215,12 @@ std::vector<OptionSpec> BuildRunOptions() {
     s.show = [](const RelayConfig&) { return std::string("(none)"); };
     o.push_back(std::move(s));
   }
+  o.push_back(Millis("kafka.topic_error_timeout_ms",
+                     "How long events of a topic that does not exist or that walrelay may not "
+                     "write are retried (session restarts; /readyz names the topic) before "
+                     "they are dead-lettered with the reason. The other topics' events wait "
+                     "meanwhile, so keep it short enough for them.",
+                     &RelayConfig::kafka_topic_error_timeout));
   o.push_back(Int("flow.max_in_flight_events",
                   "Events produced but not yet acked before reading the stream pauses "
                   "(backpressure); also bounds the duplicates a crash can cause.",

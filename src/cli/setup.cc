@@ -18,9 +18,10 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
       sql.push_back(relay::OutboxTableDdl(t));
     }
   }
-  sql.push_back(
-      relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
+  sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
+  sql.push_back(relay::DeadLetterTableUpgradeSql(QuoteQualifiedName(config.dead_letter_table)));
   sql.push_back(relay::ProgressTableDdl(QuoteQualifiedName(config.progress_table)));
+  sql.push_back(relay::ProgressTableUpgradeSql(QuoteQualifiedName(config.progress_table)));
   if (!config.tables.empty()) {
     std::string list;
     for (const auto& t : config.tables) {
@@ -34,8 +35,8 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
                   QuoteIdentifier(config.publication) + " FOR TABLE " + list +
                   " WITH (publish_via_partition_root = true);\n  END IF;\nEND $$");
   }
-  sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) +
-                ", " + QuoteLiteral(config.plugin) +
+  sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) + ", " +
+                QuoteLiteral(config.plugin) +
                 ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
                 "slot_name = " +
                 QuoteLiteral(config.slot) + ")");

@@ -509,8 +509,9 @@ Status InboxConsumer::Impl::Init() {
     }
   }
   popt.properties.emplace_back("linger.ms", "0");
-  popt.properties.emplace_back("message.timeout.ms",
-                               std::to_string(opt_.dead_letter_timeout.count()));
+  // One record at a time, waited for: a timeout cannot let a later record overtake it.
+  popt.message_timeout = opt_.dead_letter_timeout;
+  popt.stop_on_failure = false;
   auto producer = kafka::Producer::Create(
       std::move(popt), [this](uint64_t, const Status& st, const kafka::DeliveredRecord&) {
         dlq_result_ = st;  // runs under dlq_mu_ inside Flush()

@@ -13,7 +13,12 @@
 //     previous member's session has timed out, so keep session.timeout.ms short in tests;
 //   - broker down closes its connections and refuses new ones (connection refused);
 //     partition leadership does not move, so with all brokers down records wait until
-//     they are up again, or fail with _MSG_TIMED_OUT after message.timeout.ms;
+//     they are up again (walrelay's producer never times records out);
+//   - idempotent sequence numbers are not checked: a request sent after an earlier one
+//     failed is written;
+//   - rd_kafka_mock_topic_set_error makes Metadata answer a topic error (e.g. unknown
+//     topic, topic authorization failed); a record of such a topic is not refused by
+//     Produce (librdkafka keeps it queued or fails it after its metadata propagation time);
 //   - in-memory only: no persistence, no retention; size limits are the client's
 //     (message.max.bytes is enforced by the producer before sending).
 //

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 
 namespace walrelay::kafka {
 
@@ -67,6 +68,13 @@ Status CheckEnforced(const std::string& name, const std::string& value) {
           "kafka property {} must be 1..{} (per-key order with idempotence)", name, kMaxInFlight));
     }
   }
+  if ((name == "message.timeout.ms" || name == "delivery.timeout.ms") && value != "0") {
+    return InvalidArgumentError(fmt::format(
+        "kafka property {}={} is not allowed: walrelay never lets a record time out (it must "
+        "stay 0), because librdkafka would then deliver later records of the same partition "
+        "before the timed-out one; the slot holds the data while Kafka is away",
+        name, value));
+  }
   if (name == "transactional.id") {
     return InvalidArgumentError("kafka property transactional.id is not supported");
   }
@@ -75,6 +83,30 @@ Status CheckEnforced(const std::string& name, const std::string& value) {
 
 std::string KafkaErrorText(rd_kafka_resp_err_t err) {
   return fmt::format("{} ({})", rd_kafka_err2str(err), rd_kafka_err2name(err));
+}
+
+// Errors with which a broker refuses a whole record batch (every record in it fails).
+bool IsBatchRefusal(rd_kafka_resp_err_t err) {
+  return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+         err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE || err == RD_KAFKA_RESP_ERR_INVALID_RECORD;
+}
+
+// The bytes of key, value and headers: a lower bound of the record's encoded size.
+int64_t RecordBytes(const rd_kafka_message_t* message) {
+  int64_t n = static_cast<int64_t>(message->key_len + message->len);
+  rd_kafka_headers_t* headers = nullptr;
+  // rd_kafka_message_headers wants a non-const message but only reads it.
+  if (rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const char* name = nullptr;
+    const void* value = nullptr;
+    size_t size = 0;
+    for (size_t i = 0;
+         rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+      n += static_cast<int64_t>(std::strlen(name) + size);
+    }
+  }
+  return n;
 }
 
 }  // namespace
@@ -125,19 +157,19 @@ StatusCode StatusCodeForKafkaError(int code) {
   }
 }
 
-Producer::Producer(DeliveryCallback on_delivery, std::chrono::milliseconds queue_full_timeout)
-    : on_delivery_(std::move(on_delivery)), queue_full_timeout_(queue_full_timeout) {}
+Producer::Producer(DeliveryCallback on_delivery, const ProducerOptions& options)
+    : on_delivery_(std::move(on_delivery)),
+      queue_full_timeout_(options.queue_full_timeout),
+      stop_on_failure_(options.stop_on_failure) {}
 
 Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
                                                    DeliveryCallback on_delivery) {
   if (!on_delivery) return InvalidArgumentError("kafka producer needs a delivery callback");
-  std::unique_ptr<Producer> producer(
-      new Producer(std::move(on_delivery), options.queue_full_timeout));
+  std::unique_ptr<Producer> producer(new Producer(std::move(on_delivery), options));
 
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   auto configure = [&]() -> Status {
     WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "linger.ms", "5"));
-    WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "message.timeout.ms", "300000"));
     WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "partitioner", "murmur2_random"));
     WALRELAY_RETURN_IF_ERROR(
         SetProperty(conf, "max.in.flight.requests.per.connection", std::to_string(kMaxInFlight)));
@@ -147,6 +179,11 @@ Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
     }
     WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "enable.idempotence", "true"));
     WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "acks", "all"));
+    if (options.message_timeout.count() < 0) {
+      return InvalidArgumentError("kafka producer: message_timeout must be >= 0");
+    }
+    WALRELAY_RETURN_IF_ERROR(
+        SetProperty(conf, "message.timeout.ms", std::to_string(options.message_timeout.count())));
     if (GetProperty(conf, "bootstrap.servers").empty()) {
       return InvalidArgumentError("kafka property bootstrap.servers is required");
     }
@@ -158,6 +195,9 @@ Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
   }
   std::string max_bytes = GetProperty(conf, "message.max.bytes");
   producer->max_message_bytes_ = std::strtoll(max_bytes.c_str(), nullptr, 10);
+  const int64_t batch_size = std::strtoll(GetProperty(conf, "batch.size").c_str(), nullptr, 10);
+  producer->batch_limit_ = batch_size > 0 ? std::min(batch_size, producer->max_message_bytes_)
+                                          : producer->max_message_bytes_;
 
   rd_kafka_conf_set_opaque(conf, producer.get());
   rd_kafka_conf_set_dr_msg_cb(conf, &ProducerCallbacks::Delivery);
@@ -196,7 +236,7 @@ Result<rd_kafka_topic_t*> Producer::Topic(std::string_view name) {
 Status Producer::Produce(std::string_view topic, std::string_view key, std::string_view value,
                          std::span<const Header> headers, uint64_t cookie) {
   CheckFatal();
-  if (!fatal_.ok()) return fatal_;
+  if (!stopped_.ok()) return StoppedError();
   WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
 
   size_t header_bytes = 0;
@@ -228,11 +268,11 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
                          std::chrono::milliseconds(100));
     rd_kafka_poll(rk_, static_cast<int>(wait.count()) + 1);
     CheckFatal();
-    if (!fatal_.ok()) break;
+    if (!stopped_.ok()) break;
   }
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
   if (hdrs != nullptr) rd_kafka_headers_destroy(hdrs);
-  if (!fatal_.ok()) return fatal_;
+  if (!stopped_.ok()) return StoppedError();
 
   switch (err) {
     case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
@@ -247,11 +287,30 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
                       queue_full_timeout_.count(), rd_kafka_outq_len(rk_)));
     case RD_KAFKA_RESP_ERR__FATAL:
       CheckFatal();
-      return fatal_;
+      return StoppedError();
     default:
       return Status(StatusCodeForKafkaError(err),
                     fmt::format("kafka produce to {}: {}", topic, KafkaErrorText(err)));
   }
+}
+
+Status Producer::CheckTopic(std::string_view topic, std::chrono::milliseconds timeout) {
+  WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
+  const rd_kafka_metadata_t* metadata = nullptr;
+  rd_kafka_resp_err_t err =
+      rd_kafka_metadata(rk_, 0, rkt, &metadata, static_cast<int>(timeout.count()));
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return UnavailableError(
+        fmt::format("kafka metadata for topic {}: {}", topic, KafkaErrorText(err)));
+  }
+  err = metadata->topic_cnt > 0 ? metadata->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+  rd_kafka_metadata_destroy(metadata);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
+  const StatusCode code = StatusCodeForKafkaError(err);
+  return Status(code == StatusCode::kNotFound || code == StatusCode::kPermissionDenied
+                    ? code
+                    : StatusCode::kUnavailable,
+                fmt::format("kafka topic {}: {}", topic, KafkaErrorText(err)));
 }
 
 std::string_view DeliveredRecord::topic() const {
@@ -265,6 +324,12 @@ std::string_view DeliveredRecord::key() const {
 
 std::string_view DeliveredRecord::value() const {
   return {static_cast<const char*>(message_->payload), message_->len};
+}
+
+bool DeliveredRecord::topic_error() const {
+  return message_->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+         message_->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+         message_->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
 }
 
 int64_t DeliveredRecord::latency_us() const { return rd_kafka_message_latency(message_); }
@@ -288,20 +353,52 @@ void Producer::HandleDelivery(const rd_kafka_message_t* message) {
     on_delivery_(cookie, Status::Ok(), DeliveredRecord(message));
     return;
   }
-  std::string text = KafkaErrorText(message->err);
-  if (message->err == RD_KAFKA_RESP_ERR__FATAL) {
-    char reason[512];
-    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
-    text = fmt::format("fatal {}: {}", rd_kafka_err2name(fatal), reason);
-  }
+  // A fatal error makes librdkafka fail or purge what is queued before the error event is
+  // served: learn of it first, so that these reports carry it.
+  CheckFatal(/*serve_purged=*/false);
   const char* topic = message->rkt != nullptr ? rd_kafka_topic_name(message->rkt) : "?";
-  const StatusCode code = StatusCodeForKafkaError(message->err);
-  if (code == StatusCode::kInvalidArgument) {
-    text = fmt::format("record too large for the broker ({} bytes key+value): {}",
-                       message->key_len + message->len, text);
+  const std::string where = fmt::format("kafka delivery to {} [{}]", topic, message->partition);
+  const bool purged = message->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+                      message->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+  Status status;
+  if (purged && !stopped_.ok()) {
+    // Purged because the producer stopped: the report names the cause. A fatal error keeps
+    // its code (the record was not refused; a new producer sends it again).
+    status =
+        fatal_.ok()
+            ? CancelledError(fmt::format("{} not confirmed: purged after an earlier failure ({})",
+                                         where, stopped_.message()))
+            : Status(fatal_.code(), where + " not confirmed: " + fatal_.message());
+  } else if (!fatal_.ok()) {
+    status = Status(fatal_.code(), where + " failed: " + fatal_.message());
+  } else if (IsBatchRefusal(message->err)) {
+    // The broker fails every record of a refused batch. A record that reaches the batch
+    // limit travelled alone, so the refusal is about it; any other may be innocent.
+    const int64_t bytes = RecordBytes(message);
+    if (bytes >= batch_limit_) {
+      status = InvalidArgumentError(
+          fmt::format("{} failed: the broker refused the record itself ({} bytes of key, value and "
+                      "headers, alone in its batch; batch limit {}): {}",
+                      where, bytes, batch_limit_, KafkaErrorText(message->err)));
+    } else {
+      if (refused_batch_limit_ == 0) refused_batch_limit_ = batch_limit_;
+      status = UnavailableError(fmt::format(
+          "{} failed: the broker refused the batch this {}-byte record travelled in ({}), not "
+          "necessarily the record: it is produced again in smaller batches (batch limit was "
+          "{})",
+          where, bytes, KafkaErrorText(message->err), batch_limit_));
+    }
+  } else {
+    status = Status(StatusCodeForKafkaError(message->err),
+                    fmt::format("{} failed: {}", where, KafkaErrorText(message->err)));
   }
-  on_delivery_(cookie, Status(code, fmt::format("kafka delivery to {} [{}] failed: {}", topic,
-                                                message->partition, text)), DeliveredRecord(message));
+  // Stop before handing the report on: nothing queued behind the failed record may land
+  // after it. A record refused for itself is the caller's to dead-letter; it stops nothing.
+  if (stop_on_failure_ && stopped_.ok() && status.code() != StatusCode::kInvalidArgument &&
+      status.code() != StatusCode::kCancelled) {
+    Stop(status, /*serve_purged=*/false);
+  }
+  on_delivery_(cookie, status, DeliveredRecord(message));
 }
 
 void Producer::HandleError(int err, const char* reason) {
@@ -316,7 +413,7 @@ void Producer::HandleError(int err, const char* reason) {
   }
 }
 
-void Producer::CheckFatal() {
+void Producer::CheckFatal(bool serve_purged) {
   if (!fatal_.ok()) return;
   char reason[512];
   rd_kafka_resp_err_t err = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
@@ -324,7 +421,29 @@ void Producer::CheckFatal() {
   fatal_ = InternalError(fmt::format("kafka producer fatal error {}: {} (purged; restart needed)",
                                      rd_kafka_err2name(err), reason));
   spdlog::error("{}", fatal_.message());
-  Purge();
+  stopped_ = Status::Ok();  // the fatal error supersedes an earlier stop
+  Stop(fatal_, serve_purged);
+}
+
+Status Producer::StoppedError() const {
+  if (!fatal_.ok()) return fatal_;
+  return UnavailableError(
+      "kafka producer stopped after a failed delivery (a new producer is "
+      "needed): " +
+      stopped_.message());
+}
+
+void Producer::Stop(Status why, bool serve_purged) {
+  if (stopped_.ok()) stopped_ = std::move(why);
+  if (fatal_.ok()) {
+    spdlog::warn("kafka producer stopped, purging what is queued: {}", stopped_.message());
+  }
+  if (serve_purged) {
+    Purge();
+  } else {
+    // Inside a delivery callback: purge now, serve the purged reports at the next poll.
+    rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  }
 }
 
 int Producer::Poll(std::chrono::milliseconds timeout) {

@@ -7,17 +7,34 @@
 //     as a delivery report served by Poll() / Flush() (or by Produce() itself while it
 //     waits on a full queue) to the DeliveryCallback, tagged with the caller's cookie;
 //   - a full local queue is waited out (serving reports) instead of failing;
+//   - records never time out (message.timeout.ms=0, enforced): while the brokers are away
+//     records wait, and librdkafka cannot give up on one record and deliver a later one of
+//     the same partition first (invariant 9);
+//   - the first failed delivery report stops the producer (ProducerOptions::
+//     stop_on_failure): everything still queued or in flight is purged at once, before the
+//     report is handed on, and every later Produce() fails (see stopped()). A record refused
+//     for its own size (kInvalidArgument, see below) does not stop it. The relay then
+//     restarts from the slot's confirmed_flush_lsn (crash-only recovery);
 //   - on a fatal error (rd_kafka_fatal_error: the idempotence guarantee is broken) the
-//     producer purges its queues and stops: every later Produce() fails with fatal(). The
-//     relay then restarts from the slot's confirmed_flush_lsn (crash-only recovery).
+//     producer purges its queues and stops the same way: the purged records report the
+//     fatal error (kInternal, never kCancelled) and every later Produce() fails with it.
+//   - a batch the broker refuses as a whole (MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+//     INVALID_RECORD) fails every record in it. Only a record whose own size reaches the
+//     batch limit in effect (min(batch.size, message.max.bytes): such a record travels in a
+//     batch of its own) is refused for itself (kInvalidArgument: dead-letter it); the
+//     others report kUnavailable (produce them again) and refused_batch_limit() tells the
+//     caller to use smaller batches next time.
 //
 // Error codes (base/status.h) as they leave this file:
-//   kInvalidArgument     a bad property, or a record over the size limit (message names the
-//                        size and the limit; the relay dead-letters such a record).
+//   kInvalidArgument     a bad property, or a record over the size limit, or a record the
+//                        broker refused in a batch of its own (message names the size and
+//                        the limit; the relay dead-letters such a record).
 //   kNotFound            the topic or partition does not exist.
-//   kUnavailable         transient: broker(s) down, timed out, transport error.
+//   kUnavailable         transient: broker(s) down, transport error, a record refused only
+//                        because of the batch it travelled in.
 //   kResourceExhausted   the local queue stayed full past the wait deadline.
-//   kCancelled           the record was purged (Purge(), fatal error) before it was acked.
+//   kCancelled           the record was purged (Purge(), or after the producer stopped on
+//                        an earlier failed report; the message names that failure).
 //   kPermissionDenied    authorization failed.
 //   kInternal            a fatal producer error (idempotence/sequence state broken).
 //
@@ -64,6 +81,10 @@ class DeliveredRecord {
   int64_t latency_us() const;
   // The first header named `name`, or "" when absent.
   std::string_view Header(std::string_view name) const;
+  // True when the record failed for a reason of its topic's own: it does not exist
+  // (UNKNOWN_TOPIC_OR_PART, _UNKNOWN_TOPIC) or may not be written
+  // (TOPIC_AUTHORIZATION_FAILED).
+  bool topic_error() const;
 
  private:
   const rd_kafka_message_s* message_;
@@ -77,14 +98,21 @@ using DeliveryCallback =
 
 struct ProducerOptions {
   // librdkafka properties (CONFIGURATION.md), applied in order over walrelay's defaults:
-  //   linger.ms=5, message.timeout.ms=300000, partitioner=murmur2_random (Java-compatible
-  //   key hashing).
+  //   linger.ms=5, partitioner=murmur2_random (Java-compatible key hashing).
   // Enforced: enable.idempotence=true, acks=all (or -1),
-  // max.in.flight.requests.per.connection<=5; a conflicting value is kInvalidArgument.
-  // bootstrap.servers must be given.
+  // max.in.flight.requests.per.connection<=5, message.timeout.ms (delivery.timeout.ms)=0;
+  // a conflicting value is kInvalidArgument. bootstrap.servers must be given.
   std::vector<std::pair<std::string, std::string>> properties;
   // How long Produce() serves delivery reports waiting for room in a full local queue.
   std::chrono::milliseconds queue_full_timeout{30'000};
+  // 0: records never time out (the relay; invariant 9). A positive value lets librdkafka
+  // fail a record after that long: only for a caller that produces one record at a time
+  // and waits for it (the inbox's dead-letter producer), where nothing can overtake it.
+  std::chrono::milliseconds message_timeout{0};
+  // Stop (purge everything, refuse new records) on the first failed delivery report, so
+  // that no later record of a partition lands after a failed earlier one. Only a caller
+  // that produces one record at a time and retries it may turn this off.
+  bool stop_on_failure = true;
 };
 
 class Producer {
@@ -106,6 +134,14 @@ class Producer {
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
                  std::span<const Header> headers, uint64_t cookie);
 
+  // Asks the cluster about `topic` (a metadata request; blocks up to `timeout`, serving no
+  // reports). kNotFound when it does not exist, kPermissionDenied when the producer may not
+  // use it, kUnavailable when the cluster did not answer or the topic is not ready yet,
+  // OK otherwise. (librdkafka fails a record of a missing topic only after
+  // topic.metadata.propagation.max.ms, and keeps one of an unauthorized topic queued for
+  // ever since records never time out: ask before producing.)
+  Status CheckTopic(std::string_view topic, std::chrono::milliseconds timeout);
+
   // Serves delivery reports and errors, waiting up to `timeout` for the first one.
   // Returns the number of events served. Detects a fatal error (see fatal()).
   int Poll(std::chrono::milliseconds timeout);
@@ -125,6 +161,17 @@ class Producer {
   // OK until a fatal error was detected; then the fatal error (kInternal), sticky.
   const Status& fatal() const { return fatal_; }
 
+  // OK until the producer stopped (fatal error, or the first failed delivery report with
+  // stop_on_failure); then why, sticky. Produce() then fails with the fatal error
+  // (kInternal), or kUnavailable naming this failure: either way, a restart is needed.
+  const Status& stopped() const { return stopped_; }
+
+  // The batch limit (min(batch.size, message.max.bytes)) in effect when the broker refused
+  // a batch of several records, or 0. A new producer should use a smaller batch.size.
+  int64_t refused_batch_limit() const { return refused_batch_limit_; }
+  // min(batch.size, message.max.bytes) of this producer.
+  int64_t batch_limit() const { return batch_limit_; }
+
   // The size limit Produce() applies (message.max.bytes), for dead-letter decisions.
   int64_t max_message_bytes() const { return max_message_bytes_; }
 
@@ -132,10 +179,17 @@ class Producer {
   rd_kafka_t* handle() const { return rk_; }
 
  private:
-  Producer(DeliveryCallback on_delivery, std::chrono::milliseconds queue_full_timeout);
+  Producer(DeliveryCallback on_delivery, const ProducerOptions& options);
 
   Result<rd_kafka_topic_t*> Topic(std::string_view name);
-  void CheckFatal();
+  // Detects a fatal error; then stops (see Stop). serve_purged: see Stop.
+  void CheckFatal(bool serve_purged = true);
+  // Sets stopped_ (first reason wins) and purges everything queued and in flight. Serves
+  // the purged reports at once when serve_purged, else (inside a delivery callback) at
+  // the next poll.
+  void Stop(Status why, bool serve_purged);
+  // What Produce() returns once stopped (see stopped()).
+  Status StoppedError() const;
 
   friend struct ProducerCallbacks;  // librdkafka's C callbacks, in producer.cc
   void HandleDelivery(const rd_kafka_message_s* message);
@@ -144,8 +198,12 @@ class Producer {
   rd_kafka_t* rk_ = nullptr;
   DeliveryCallback on_delivery_;
   std::chrono::milliseconds queue_full_timeout_;
+  bool stop_on_failure_ = true;
   int64_t max_message_bytes_ = 0;
+  int64_t batch_limit_ = 0;
+  int64_t refused_batch_limit_ = 0;
   Status fatal_;
+  Status stopped_;
   std::map<std::string, rd_kafka_topic_t*, std::less<>> topics_;
 };
 

@@ -68,7 +68,7 @@ Status RelayConfig::Validate() const {
         "--flow-max-in-flight-events must be >= 1 and --flow-max-in-flight-bytes >= 1024");
   }
   if (status_interval.count() < 10 || reconnect_min.count() < 1 || reconnect_max < reconnect_min ||
-      shutdown_timeout.count() < 0) {
+      shutdown_timeout.count() < 0 || kafka_topic_error_timeout.count() < 0) {
     return InvalidArgumentError(
         "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
         "reconnect-max, shutdown timeout, heartbeat interval >= 0, "
@@ -83,6 +83,15 @@ Status RelayConfig::Validate() const {
       return InvalidArgumentError(std::string("--kafka-property ") + key + "=" + it->second +
                                   " would allow lost or duplicated-out-of-order events; walrelay "
                                   "requires enable.idempotence=true and acks=all");
+    }
+  }
+  for (const char* key : {"message.timeout.ms", "delivery.timeout.ms"}) {
+    auto it = kafka_properties.find(key);
+    if (it != kafka_properties.end() && it->second != "0") {
+      return InvalidArgumentError(std::string("--kafka-property ") + key + "=" + it->second +
+                                  " would let librdkafka give up on a record and deliver later "
+                                  "ones of its partition first; walrelay never times records "
+                                  "out (the slot holds them while Kafka is away): remove it");
     }
   }
   for (const auto& [flag, value] :

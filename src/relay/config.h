@@ -65,6 +65,9 @@ struct RelayConfig {
   int64_t max_in_flight_bytes = 64ll << 20;
   std::chrono::milliseconds status_interval{1000};  // capped at wal_sender_timeout / 2
   std::chrono::milliseconds shutdown_timeout{10000};
+  // How long events of a Kafka topic that does not exist or may not be written are
+  // retried (session restarts, /readyz not ready) before they are dead-lettered.
+  std::chrono::milliseconds kafka_topic_error_timeout{300'000};
   std::chrono::milliseconds reconnect_min{500};
   std::chrono::milliseconds reconnect_max{30000};
 

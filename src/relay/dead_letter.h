@@ -8,11 +8,16 @@
 // `recovered` keeps the letters of lost-slot recovery (keyed by the new slot's consistent
 // point and the row's place in the backfill) apart from streamed ones at the same LSN.
 //
-// Table (created when missing):
+// Any bytes fit (invariant 7): the payload is stored exactly, as bytea; the text columns
+// keep valid UTF-8 as is and write a NUL byte or a byte of an invalid UTF-8 sequence as the
+// four characters \xNN. A failed write is therefore never the data's fault: it is
+// kUnavailable (the session restarts, the event is not confirmed and is written again).
+//
+// Table (created when missing; a text payload column of an older walrelay is converted):
 //   id bigint identity PK, dead_at timestamptz, slot text, source text, recovered boolean,
 //   commit_lsn pg_lsn, ordinal int (position of the event in its transaction), xid bigint,
 //   event_id text, aggregate_id text, event_type text, topic text, reason text,
-//   payload text, UNIQUE (slot, recovered, commit_lsn, ordinal)
+//   payload bytea, UNIQUE (slot, recovered, commit_lsn, ordinal)
 //
 // Thread safety: not thread-safe; one per relay session.
 #pragma once
@@ -56,6 +61,9 @@ class LoggingDeadLetterSink : public DeadLetterSink {
   uint64_t count_ = 0;
 };
 
+// `text` as valid UTF-8 without NUL: valid sequences kept, any other byte as \xNN.
+std::string SanitizeText(std::string_view text);
+
 class DeadLetterWriter : public DeadLetterSink {
  public:
   // Connects (normal connection, slot::kRelaySession) and creates the table only when it
@@ -67,8 +75,9 @@ class DeadLetterWriter : public DeadLetterSink {
   DeadLetterWriter(const DeadLetterWriter&) = delete;
   DeadLetterWriter& operator=(const DeadLetterWriter&) = delete;
 
-  // Inserts and commits one row (idempotent per slot/recovered/commit_lsn/ordinal).
-  // kUnavailable when the database cannot be reached (the session restarts).
+  // Inserts and commits one row (idempotent per slot/recovered/commit_lsn/ordinal). Any
+  // failure is kUnavailable with the server's reason (the session restarts and writes it
+  // again).
   Status Write(const DeadLetter& letter) override;
 
  private:

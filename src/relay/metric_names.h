@@ -24,6 +24,9 @@ inline constexpr MetricName kEventsPublished{"walrelay_events_published_total",
 inline constexpr MetricName kEventsDeadLettered{
     "walrelay_events_dead_lettered_total",
     "Unmappable events written to the dead-letter table (then confirmed)."};
+inline constexpr MetricName kDeadLetterWriteFailures{
+    "walrelay_dead_letter_write_failures_total",
+    "Dead-letter writes that failed; the event stayed unconfirmed and the session restarted."};
 // Label kind = update | delete | truncate | message | other_table.
 inline constexpr MetricName kEventsSkipped{
     "walrelay_events_skipped_total",
@@ -48,6 +51,14 @@ inline constexpr MetricName kServerWalEndLsn{
 inline constexpr MetricName kFlushLagBytes{
     "walrelay_flush_lag_bytes",
     "Server WAL end minus the confirmed flush LSN: WAL not yet confirmed by the relay."};
+inline constexpr MetricName kKafkaBatchSize{
+    "walrelay_kafka_batch_size_bytes",
+    "batch.size in use after the broker refused a batch of records (halved per refusal); 0 = "
+    "as configured."};
+inline constexpr MetricName kKafkaFailingTopics{
+    "walrelay_kafka_failing_topics",
+    "Topics that do not exist or may not be written: their events are retried for "
+    "--kafka-topic-error-timeout-ms, then dead-lettered."};
 inline constexpr MetricName kStreaming{
     "walrelay_streaming", "1 while a replication session is streaming, else 0 (connection state)."};
 // Histograms (seconds; metrics::DefaultLatencyBuckets()).

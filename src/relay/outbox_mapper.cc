@@ -53,6 +53,21 @@ std::string_view ExpandTemplate(std::string_view tmpl, std::string_view aggregat
   return empty_placeholder;
 }
 
+// Header names the relay writes itself (event_id, event_type, aggregate_type, and the
+// walrelay.* namespace, e.g. walrelay.position), compared ignoring ASCII case: a second
+// copy from row data would let a consumer that reads the last (or any) header see a
+// spoofed value.
+bool ReservedHeaderName(std::string_view name) {
+  auto lower = [](char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch + 32) : ch; };
+  auto equals = [&](std::string_view a, std::string_view b) {
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return lower(x) == y; });
+  };
+  constexpr std::string_view kPrefix = "walrelay.";
+  return equals(name, "event_id") || equals(name, "event_type") || equals(name, "aggregate_type") ||
+         (name.size() >= kPrefix.size() && equals(name.substr(0, kPrefix.size()), kPrefix));
+}
+
 bool ValidTopicName(std::string_view t) {
   if (t.empty() || t.size() > 249 || t == "." || t == "..") return false;
   return std::all_of(t.begin(), t.end(), [](char ch) {
@@ -281,6 +296,11 @@ Status OutboxMapper::AddHeaders(simdjson::dom::element headers, OutboxEvent* out
   simdjson::dom::object obj;
   if (headers.get(obj)) return InvalidArgumentError("headers must be a JSON object");
   for (auto [name, value] : obj) {
+    if (ReservedHeaderName(name)) {
+      return InvalidArgumentError("header " + std::string(name) +
+                                  " is reserved (event_id, event_type, aggregate_type and "
+                                  "walrelay.* are written by walrelay itself): rename it");
+    }
     std::string_view v;
     if (value.is_string()) {
       v = value.get_string().value_unsafe();

@@ -7,6 +7,10 @@
 //   value   = payload exactly as PostgreSQL sent it (jsonb text form)
 //   headers = event_id, event_type, aggregate_type (when set), every string entry of the
 //             headers column (a JSON object), and the source position added by the relay.
+//             The names walrelay writes (event_id, event_type, aggregate_type, walrelay.*,
+//             in any ASCII case) are reserved: a headers column or envelope that carries
+//             one is unmappable ("header event_id is reserved ..."), so no record ever
+//             carries two of them.
 //
 // A row that cannot be mapped gives a kInvalidArgument Status whose message is the
 // dead-letter reason ("column aggregate_id is NULL", "table public.outbox has no column

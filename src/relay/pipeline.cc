@@ -124,13 +124,59 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
     delivery_failure_ = st;
     return;
   }
+  if (delivered != nullptr && delivered->topic_error() && options_.topic_errors != nullptr) {
+    // The topic's own fault (deleted, or authorization revoked, after the check): starts
+    // its clock and restarts (never a final error); the next session checks the topic
+    // before producing and dead-letters its events once the bound has passed.
+    options_.topic_errors->Fail(delivered->topic(), status.message());
+    if (delivery_failure_.ok()) {
+      delivery_failure_ = UnavailableError("delivery failed: " + status.message() +
+                                           " (the topic is retried, then its events are "
+                                           "dead-lettered)");
+    }
+    return;
+  }
   if (delivery_failure_.ok()) {
     delivery_failure_ = status.WithContext("delivery failed");
   }
 }
 
+Status Pipeline::CheckTopic(std::string_view topic, std::string* dead_letter_reason) {
+  if (options_.topic_errors == nullptr) return Status::Ok();
+  const auto now = Clock::now();
+  auto it = topic_checks_.find(topic);
+  if (it == topic_checks_.end() || now >= it->second.recheck) {
+    Status st = sink_.CheckTopic(topic);
+    TopicCheck check;
+    if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied) {
+      check.status = std::move(st);
+      check.recheck = now + std::chrono::seconds(10);
+    } else {
+      // Usable, or the cluster cannot tell now: produce and let the reports decide.
+      check.recheck = Clock::time_point::max();
+      options_.topic_errors->Clear(topic);
+    }
+    it = topic_checks_.insert_or_assign(std::string(topic), std::move(check)).first;
+  }
+  const Status& st = it->second.status;
+  if (st.ok()) return Status::Ok();
+  if (options_.topic_errors->Fail(topic, st.message())) {
+    *dead_letter_reason = st.message() +
+                          " (failing for longer than --kafka-topic-error-timeout-ms=" +
+                          std::to_string(options_.topic_errors->timeout().count()) + ")";
+    return Status::Ok();
+  }
+  return UnavailableError(st.message() +
+                          ": retried until --kafka-topic-error-timeout-ms has passed, then "
+                          "the topic's events are dead-lettered");
+}
+
 Status Pipeline::WriteDeadLetter(const DeadLetter& letter) {
-  WALRELAY_RETURN_IF_ERROR(dead_letters_.Write(letter));
+  if (Status st = dead_letters_.Write(letter); !st.ok()) {
+    stats_.dead_letter_write_failures.fetch_add(1, std::memory_order_relaxed);
+    return st.WithContext("dead letter of " + std::string(letter.source) + " at " +
+                          letter.commit_lsn.ToString() + " #" + std::to_string(letter.ordinal));
+  }
   stats_.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
   spdlog::warn("dead-lettered event {} of {} (commit {}, #{}): {}", letter.event_id, letter.source,
                letter.commit_lsn.ToString(), letter.ordinal, letter.reason);
@@ -175,6 +221,13 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
     if (mapped.code() != StatusCode::kInvalidArgument) return mapped;
     WALRELAY_RETURN_IF_ERROR(
         WriteDeadLetter(LetterForCurrent(source, mapped.message(), raw_payload)));
+    ++tx_ordinal_;
+    return Status::Ok();
+  }
+  std::string topic_reason;
+  WALRELAY_RETURN_IF_ERROR(CheckTopic(event_.topic, &topic_reason));
+  if (!topic_reason.empty()) {
+    WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, topic_reason, event_.value)));
     ++tx_ordinal_;
     return Status::Ok();
   }

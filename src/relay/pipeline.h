@@ -7,8 +7,13 @@
 //        └──── SendStatus(flush = AckTracker::FlushLsn) ◄──── delivery reports ◄──┘
 //
 // See relay.h for the guarantees (acked-only flush, backpressure, dead letters, idle
-// confirmation). Thread safety: single-threaded; the sink calls OnDelivery() on the
-// pipeline's thread, from inside Produce/Poll/Flush.
+// confirmation). Delivery reports: OK acks the event; kInvalidArgument (the record itself
+// refused) dead-letters it from the record's own headers; kNotFound / kPermissionDenied
+// start the topic's clock in TopicErrors; every other failure (kCancelled included: a
+// purge happens only to restart) ends the session with the first failure. Before the
+// first record of a topic the sink is asked whether the topic exists and may be written.
+// Thread safety: single-threaded; the sink calls OnDelivery() on the pipeline's thread,
+// from inside Produce/Poll/Flush.
 #pragma once
 
 #include <atomic>
@@ -35,6 +40,7 @@
 #include "src/relay/dead_letter.h"
 #include "src/relay/outbox_mapper.h"
 #include "src/relay/relay_stats.h"
+#include "src/relay/topic_errors.h"
 
 namespace walrelay::relay {
 
@@ -55,6 +61,9 @@ class RecordSink {
   virtual Status Flush(std::chrono::milliseconds timeout) = 0;
   // OK, or the sticky fatal error that ends the session.
   virtual Status Fatal() const = 0;
+  // Whether `topic` can take records: kNotFound / kPermissionDenied are the topic's own
+  // fault (see TopicErrors); anything else means "produce and see".
+  virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
 };
 
 // The Kafka sink: the idempotent producer.
@@ -69,6 +78,9 @@ class KafkaSink : public RecordSink {
   int Poll(std::chrono::milliseconds timeout) override { return producer_->Poll(timeout); }
   Status Flush(std::chrono::milliseconds timeout) override { return producer_->Flush(timeout); }
   Status Fatal() const override { return producer_->fatal(); }
+  Status CheckTopic(std::string_view topic) override {
+    return producer_->CheckTopic(topic, std::chrono::seconds(5));
+  }
   kafka::Producer& producer() { return *producer_; }
 
  private:
@@ -110,6 +122,9 @@ class Pipeline {
     // Latency histograms (seconds); null = not measured.
     metrics::Histogram* produce_latency = nullptr;        // produce -> Kafka ack, per event
     metrics::Histogram* commit_to_ack_latency = nullptr;  // commit -> last ack, per transaction
+    // Topic-scoped failures across sessions (bounded retry, then dead letters); null =
+    // every such failure ends the session.
+    TopicErrors* topic_errors = nullptr;
   };
 
   // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
@@ -141,6 +156,10 @@ class Pipeline {
   Status PublishOrDeadLetter(const Status& mapped, std::string_view source,
                              std::string_view payload_for_dead_letter);
   Status WriteDeadLetter(const DeadLetter& letter);
+  // Before the first record of `topic` (and again every 10 s while it fails): asks the
+  // sink. Sets *dead_letter_reason when the topic has failed past the bound; kUnavailable
+  // (the session restarts) while it is within it.
+  Status CheckTopic(std::string_view topic, std::string* dead_letter_reason);
   DeadLetter LetterForCurrent(std::string_view source, std::string_view reason,
                               std::string_view payload) const;
   Status SendStatus(bool reply_requested);
@@ -184,6 +203,11 @@ class Pipeline {
   OutboxEvent event_;
   std::vector<kafka::Header> headers_;
   std::string position_text_;  // the walrelay.position header of the current event
+  struct TopicCheck {
+    Status status;  // kNotFound / kPermissionDenied, or OK
+    std::chrono::steady_clock::time_point recheck;
+  };
+  std::map<std::string, TopicCheck, std::less<>> topic_checks_;
 
   AckTracker::Tx tx_ = 0;
   Lsn tx_commit_lsn_;

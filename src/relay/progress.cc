@@ -16,6 +16,9 @@ Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const std::string& co
   WALRELAY_RETURN_IF_ERROR(slot::CreateTableIfMissing(store->conn_.get(), store->table_,
                                                       ProgressTableDdl(store->table_),
                                                       "creating the progress table " + table));
+  WALRELAY_RETURN_IF_ERROR(slot::ExecPg(store->conn_.get(), ProgressTableUpgradeSql(store->table_),
+                                        {}, "upgrading the progress table " + table)
+                               .status());
   return store;
 }
 

@@ -51,6 +51,7 @@ bool Retryable(const Status& st) {
     case StatusCode::kInternal:            // fatal producer error: a new producer fixes it
     case StatusCode::kNotFound:            // e.g. a topic not created yet: loud, retried
     case StatusCode::kFailedPrecondition:  // e.g. the slot is active for another reader
+    case StatusCode::kCancelled:           // purged records: purges happen only to restart
       return true;
     default:
       return false;
@@ -90,6 +91,10 @@ class Relay::Session {
   }
 
   Status Start();
+  // The batch limit under which the broker refused a batch of several records, or 0.
+  int64_t refused_batch_limit() const {
+    return sink_ ? sink_->producer().refused_batch_limit() : 0;
+  }
   Status Stream() {
     Status st = pipeline_->Run(relay_.stop_);
     if (st.ok()) st = SaveProgress();  // stopped cleanly: record the final progress
@@ -174,6 +179,9 @@ Status Relay::Session::Start() {
   kafka::ProducerOptions popts;
   popts.properties.emplace_back("bootstrap.servers", relay_.bootstrap_servers());
   for (const auto& [k, v] : config_.kafka_properties) popts.properties.emplace_back(k, v);
+  if (relay_.kafka_batch_size_ > 0) {
+    popts.properties.emplace_back("batch.size", std::to_string(relay_.kafka_batch_size_));
+  }
   WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(std::move(popts)));
 
   // The replication connection and the slot: existing, new, or recovered.
@@ -220,6 +228,7 @@ Status Relay::Session::Start() {
   pipeline_options.produce_latency = relay_.obs_->produce_latency;
   pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
   pipeline_options.outbox_tables = std::move(outbox_tables);
+  pipeline_options.topic_errors = relay_.topic_errors_.get();
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 
@@ -349,6 +358,7 @@ std::string Relay::bootstrap_servers() const {
 Status Relay::StartObservability() {
   namespace mn = metric_names;
   obs_ = std::make_unique<Observability>();
+  topic_errors_ = std::make_unique<TopicErrors>(config_.kafka_topic_error_timeout);
   metrics::Registry& r = obs_->registry;
   auto counter = [&r](const mn::MetricName& m, const std::atomic<uint64_t>& a,
                       metrics::Labels labels = {}) {
@@ -362,6 +372,7 @@ Status Relay::StartObservability() {
   counter(mn::kEventsProduced, stats_.events_produced);
   counter(mn::kEventsPublished, stats_.events_acked);
   counter(mn::kEventsDeadLettered, stats_.events_dead_lettered);
+  counter(mn::kDeadLetterWriteFailures, stats_.dead_letter_write_failures);
   counter(mn::kEventsSkipped, stats_.skipped_updates, {{"kind", "update"}});
   counter(mn::kEventsSkipped, stats_.skipped_deletes, {{"kind", "delete"}});
   counter(mn::kEventsSkipped, stats_.skipped_truncates, {{"kind", "truncate"}});
@@ -379,6 +390,9 @@ Status Relay::StartObservability() {
   gauge(mn::kReceivedLsn, stats_.received_lsn);
   gauge(mn::kServerWalEndLsn, stats_.server_wal_end);
   gauge(mn::kStreaming, stats_.streaming);
+  gauge(mn::kKafkaBatchSize, stats_.kafka_batch_size);
+  r.AddGaugeCallback(mn::kKafkaFailingTopics.name, mn::kKafkaFailingTopics.help, {},
+                     [this] { return static_cast<double>(topic_errors_->failing()); });
   r.AddGaugeCallback(mn::kFlushLagBytes.name, mn::kFlushLagBytes.help, {}, [this] {
     const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
     return end > flush ? static_cast<double>(end - flush) : 0.0;
@@ -407,6 +421,7 @@ Status Relay::StartObservability() {
     metrics::ServerOptions so;
     so.address = config_.metrics_address;
     so.ready = [this]() -> Status {
+      if (Status topics = topic_errors_->Readiness(); !topics.ok()) return topics;
       if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
       const SlotState state = obs_->guard->state();
       if (SlotStateSeverity(state) >= 2) {
@@ -459,9 +474,26 @@ Status Relay::Run() {
       Session session(*this);
       st = session.Start();
       if (st.ok()) {
-        backoff = config_.reconnect_min;
+        const auto streaming_since = Clock::now();
         st = session.Stream();
         if (st.ok()) break;  // stopped on request
+        // A session that streamed a while starts the backoff anew; one that fails at once
+        // again (e.g. on an event whose topic is being retried) keeps backing off.
+        if (Clock::now() - streaming_since >= std::chrono::seconds(10)) {
+          backoff = config_.reconnect_min;
+        }
+      }
+      if (const int64_t refused = session.refused_batch_limit(); refused > 0) {
+        // The broker refused a batch of records (the topic's max.message.bytes is below
+        // the batch, or it refused one record in it): smaller batches from now on, until
+        // a record travels alone and is judged by itself.
+        kafka_batch_size_ = std::max<int64_t>(1, refused / 2);
+        stats_.kafka_batch_size.store(kafka_batch_size_);
+        spdlog::warn(
+            "the broker refused a batch of {} bytes; the next session produces with "
+            "batch.size={} (raise the topic's max.message.bytes or set --kafka-property "
+            "batch.size to avoid the restarts)",
+            refused, kafka_batch_size_);
       }
     }
     if (!Retryable(st)) {

@@ -13,20 +13,29 @@
 // flight, the server's keepalive position is confirmed so an idle outbox never pins WAL.
 //
 // Failure handling is crash-only: any failure of a session (connection lost, malformed
-// bytes, delivery failure after retries, fatal producer error, dead-letter write failed)
-// tears the whole session down — producer purged, connections closed, tracker dropped —
-// and a new session starts from the slot's confirmed_flush_lsn after a capped, jittered
-// backoff. Replays may repeat a suffix of events (consumers dedup on the event id); they
-// never lose or reorder one. Errors that a retry cannot fix (malformed protocol bytes,
-// missing privileges, a bad configuration) end Run() with that error.
+// bytes, a failed delivery report, fatal producer error, dead-letter write failed) tears
+// the whole session down — producer purged, connections closed, tracker dropped — and a
+// new session starts, with a new producer, from the slot's confirmed_flush_lsn after a
+// capped, jittered backoff (reset only after a session that streamed for 10 s). Replays
+// may repeat a suffix of events (consumers dedup on the event id); they never lose or
+// reorder one. Records never time out (invariant 9): a broker outage is waited out, not a
+// failure. Errors that a retry cannot fix (malformed protocol bytes, missing privileges,
+// a bad configuration) end Run() with that error; no event's content is such an error.
+//
+// Kafka errors by class: a batch the broker refuses restarts the session with half the
+// batch.size (a record refused alone is dead-lettered); a topic that does not exist or
+// may not be written is retried for kafka_topic_error_timeout (/readyz names it), then its
+// events are dead-lettered (TopicErrors).
 //
 // Backpressure: while max_in_flight_events or max_in_flight_bytes are reached, the relay
 // stops reading the replication stream and only serves delivery reports and status
 // updates; memory does not grow with transaction size.
 //
-// Unmappable events (NULL aggregate_id, missing column, invalid envelope, a record larger
-// than Kafka accepts) are written to the dead-letter table with their reason and LSN and
-// then count as acked: never dropped silently, never blocking the stream.
+// Unmappable events (NULL aggregate_id, missing column, invalid envelope, a reserved header
+// name, a record larger than Kafka accepts, a topic failing past its bound) are written to
+// the dead-letter table with their reason and LSN and then count as acked: never dropped
+// silently, never blocking the stream. Any bytes fit the dead-letter table; a failed
+// write restarts the session, it never ends Run().
 //
 // Thread safety: Run() on one thread; RequestStop() and stats() from any thread or a
 // signal handler (RequestStop only stores an atomic flag).
@@ -39,6 +48,7 @@
 #include "base/status.h"
 #include "src/relay/config.h"
 #include "src/relay/relay_stats.h"
+#include "src/relay/topic_errors.h"
 
 namespace walrelay::relay {
 
@@ -79,8 +89,11 @@ class Relay {
   std::atomic<bool> stop_{false};
   struct Embedded;
   std::unique_ptr<Embedded> embedded_;
+  std::unique_ptr<TopicErrors> topic_errors_;  // across sessions
   std::unique_ptr<Observability> obs_;
   bool guard_started_ = false;
+  // batch.size for new producers after the broker refused a batch; 0 = as configured.
+  int64_t kafka_batch_size_ = 0;
 };
 
 }  // namespace walrelay::relay

@@ -10,11 +10,12 @@ namespace walrelay::relay {
 
 // Counters exported as metrics. Monotonic unless noted; read with relaxed loads.
 struct RelayStats {
-  std::atomic<uint64_t> events_produced{0};       // handed to the producer
-  std::atomic<uint64_t> events_acked{0};          // delivery report OK
-  std::atomic<uint64_t> events_dead_lettered{0};  // written to the dead-letter table
-  std::atomic<uint64_t> transactions{0};          // Commit messages seen
-  std::atomic<uint64_t> skipped_updates{0};       // UPDATE on an outbox table (not published)
+  std::atomic<uint64_t> events_produced{0};             // handed to the producer
+  std::atomic<uint64_t> events_acked{0};                // delivery report OK
+  std::atomic<uint64_t> events_dead_lettered{0};        // written to the dead-letter table
+  std::atomic<uint64_t> dead_letter_write_failures{0};  // failed writes (session restarted)
+  std::atomic<uint64_t> transactions{0};                // Commit messages seen
+  std::atomic<uint64_t> skipped_updates{0};             // UPDATE on an outbox table (not published)
   std::atomic<uint64_t> skipped_deletes{0};
   std::atomic<uint64_t> skipped_truncates{0};
   std::atomic<uint64_t> skipped_messages{0};      // logical messages with another prefix
@@ -31,6 +32,8 @@ struct RelayStats {
   std::atomic<uint64_t> heartbeats_sent{0};       // heartbeat messages emitted
   std::atomic<uint64_t> slot_recoveries{0};       // lost-slot recoveries completed
   std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
+  // gauge: the batch.size sessions use after the broker refused a batch; 0 = as configured.
+  std::atomic<int64_t> kafka_batch_size{0};
 };
 
 }  // namespace walrelay::relay

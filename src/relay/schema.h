@@ -27,20 +27,11 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
          ")";
 }
 
-// The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Idempotent,
-// and migrates a table of earlier versions: they keyed letters by (slot, commit_lsn,
-// ordinal) alone, so a letter written by lost-slot recovery (commit_lsn = the new slot's
-// consistent point) and one of a streamed event at that same LSN collided and ON CONFLICT
-// DO NOTHING dropped the second. The key now includes `recovered`. One statement (a DO
-// block); REQUIRES: the quoted name does not contain "$walrelay$".
+// The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Created
+// only when missing (slot::CreateTableIfMissing: a least-privilege role may lack CREATE on
+// the schema); DeadLetterTableUpgradeSql brings a table of an earlier version up to date.
 inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
-  const std::string t(quoted_table);
-  const std::string regclass = QuoteLiteral(t) + "::regclass";
-  return "DO $walrelay$\n"
-         "DECLARE c record;\n"
-         "BEGIN\n"
-         "CREATE TABLE IF NOT EXISTS " +
-         t +
+  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
          " (\n"
          "  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
          "  dead_at      timestamptz NOT NULL DEFAULT now(),\n"
@@ -55,9 +46,31 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
          "  event_type   text,\n"
          "  topic        text,\n"
          "  reason       text NOT NULL,\n"
-         "  payload      text,\n"
+         "  payload      bytea,\n"
          "  UNIQUE (slot, recovered, commit_lsn, ordinal)\n"
-         ");\n"
+         ")";
+}
+
+// Upgrades a dead-letter table of an earlier version; does nothing (and needs no ownership)
+// when it is current. (1) A text payload becomes bytea (any bytes must fit), the old
+// payloads kept as their UTF-8 bytes. (2) Earlier versions keyed letters by (slot,
+// commit_lsn, ordinal) alone, so a letter written by lost-slot recovery (commit_lsn = the
+// new slot's consistent point) and one of a streamed event at that same LSN collided and
+// ON CONFLICT DO NOTHING dropped the second: the key gains `recovered`. One statement (a
+// DO block); REQUIRES: the quoted name does not contain "$walrelay$".
+inline std::string DeadLetterTableUpgradeSql(std::string_view quoted_table) {
+  const std::string t(quoted_table);
+  const std::string regclass = QuoteLiteral(t) + "::regclass";
+  return "DO $walrelay$\n"
+         "DECLARE c record;\n"
+         "BEGIN\n"
+         "IF (SELECT atttypid = 'text'::regtype FROM pg_attribute WHERE attrelid = " +
+         regclass +
+         " AND attname = 'payload' AND NOT attisdropped) THEN\n"
+         "  ALTER TABLE " +
+         t +
+         " ALTER COLUMN payload TYPE bytea USING convert_to(payload, 'UTF8');\n"
+         "END IF;\n"
          "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
          regclass +
          " AND attname = 'recovered' AND NOT attisdropped) THEN\n"
@@ -82,14 +95,10 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
 // recorded snapshot bound (`bound_snapshot`, taken when the WAL insert position was
 // `bound_lsn`; every transaction visible in it was delivered) and the `recovering` flag
 // (set while a backfill is under way). Rows with another source, and `last_id`, are left
-// by earlier versions (per-table ids) and are not read. Idempotent; adds the bound columns
-// to a table of an earlier version. One statement (a DO block); REQUIRES: the quoted name
-// does not contain "$walrelay$".
+// by earlier versions (per-table ids) and are not read. Created only when missing;
+// ProgressTableUpgradeSql adds the bound columns to a table of an earlier version.
 inline std::string ProgressTableDdl(std::string_view quoted_table) {
-  const std::string t(quoted_table);
-  return "DO $walrelay$ BEGIN\n"
-         "CREATE TABLE IF NOT EXISTS " +
-         t +
+  return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
          " (\n"
          "  slot           text NOT NULL,\n"
          "  source         text NOT NULL,\n"
@@ -98,8 +107,14 @@ inline std::string ProgressTableDdl(std::string_view quoted_table) {
          "  bound_lsn      pg_lsn,\n"
          "  updated_at     timestamptz NOT NULL DEFAULT now(),\n"
          "  PRIMARY KEY (slot, source)\n"
-         ");\n"
-         // ALTER TABLE needs ownership even when there is nothing to add: only when needed.
+         ")";
+}
+
+// Adds the bound columns to a progress table of an earlier version; nothing (and no
+// ownership needed) when they exist. One statement; REQUIRES: no "$walrelay$" in the name.
+inline std::string ProgressTableUpgradeSql(std::string_view quoted_table) {
+  const std::string t(quoted_table);
+  return "DO $walrelay$ BEGIN\n"
          "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
          QuoteLiteral(t) +
          "::regclass AND attname = 'bound_snapshot' AND NOT attisdropped) THEN\n"

@@ -105,6 +105,13 @@ TEST(OptionsTest, BadValuesSayWhatIsWrong) {
   ASSERT_FALSE(p.config.ok());
   EXPECT_NE(p.config.status().message().find("acks=all"), std::string::npos);
 
+  auto timeout = kMinimal;  // issue 10 item 6: records never time out
+  timeout.insert(timeout.end(), {"--kafka-property", "message.timeout.ms=300000"});
+  p = Parse(timeout);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("never times records out"), std::string::npos)
+      << p.config.status().message();
+
   p = Parse({"--kafka-bootstrap-servers", "k:1"});
   ASSERT_FALSE(p.config.ok());
   EXPECT_NE(p.config.status().message().find("--source-dsn"), std::string::npos);

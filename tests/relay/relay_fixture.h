@@ -46,7 +46,6 @@ class RelayTest : public ::testing::Test {
     config_.status_interval = std::chrono::milliseconds(100);
     config_.reconnect_min = std::chrono::milliseconds(50);
     config_.reconnect_max = std::chrono::milliseconds(500);
-    config_.kafka_properties["message.timeout.ms"] = "20000";
   }
 
   void TearDown() override { StopRelay(); }

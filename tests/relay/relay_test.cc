@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 
 #include <cstdlib>
 #include <algorithm>
@@ -262,6 +263,204 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   std::set<std::string> ids;
   for (const auto& r : records) ids.insert(r.Header("event_id"));
   EXPECT_EQ(ids.size(), 501u);
+}
+
+// Issue 10 item 8: a table-less event whose content is not UTF-8 (NUL and invalid bytes)
+// is dead-lettered with its exact bytes, and the stream goes on (it used to fail the
+// dead-letter INSERT and end the process).
+TEST_F(RelayTest, DeadLetterOfArbitraryBytesIsStoredExactly) {
+  StartRelay();
+  ASSERT_TRUE(
+      pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', '\\xff00fe7b'::bytea)")
+          .ok());
+  WriteEvents(0, 1, 3);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(3, 20s).size(), 3u);
+  auto rows = pg_->Query("SELECT encode(payload, 'hex'), reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(*(*rows)[0][0], "ff00fe7b");
+  EXPECT_NE((*rows)[0][1]->find("envelope is not valid JSON"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(relay_->stats().streaming.load(), 1);
+}
+
+// A dead-letter table of an older walrelay (payload text) is converted on open; its rows
+// keep their payloads.
+TEST_F(RelayTest, OldTextPayloadDeadLetterTableIsConverted) {
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE walrelay_dead_letter (id bigint GENERATED ALWAYS AS "
+                        "IDENTITY PRIMARY KEY, dead_at timestamptz NOT NULL DEFAULT now(), slot "
+                        "text NOT NULL, source text NOT NULL, commit_lsn pg_lsn NOT NULL, ordinal "
+                        "int NOT NULL, xid bigint, event_id text, aggregate_id text, event_type "
+                        "text, topic text, reason text NOT NULL, payload text, UNIQUE (slot, "
+                        "commit_lsn, ordinal))")
+                  .ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_dead_letter (slot, source, commit_lsn, ordinal, "
+                        "reason, payload) VALUES ('s', 't', '0/1', 0, 'r', '{\"é\": 1}')")
+                  .ok());
+  auto writer = DeadLetterWriter::Open(pg_->conninfo(), "walrelay_dead_letter", "walrelay");
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  auto payload = pg_->QueryScalar("SELECT convert_from(payload, 'UTF8') FROM walrelay_dead_letter");
+  ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+  EXPECT_EQ(*payload, "{\"é\": 1}");
+  DeadLetter l;
+  l.source = "public.outbox";
+  l.commit_lsn = Lsn(0x100);
+  l.event_id = std::string_view("e\0\xff", 3);
+  l.payload = std::string_view("\0\xff", 2);
+  l.reason = "test";
+  ASSERT_TRUE((*writer)->Write(l).ok());
+  auto row = pg_->Query(
+      "SELECT event_id, encode(payload, 'hex') FROM walrelay_dead_letter WHERE source = "
+      "'public.outbox'");
+  ASSERT_TRUE(row.ok()) << row.status().ToString();
+  ASSERT_EQ(row->size(), 1u);
+  EXPECT_EQ(*(*row)[0][0], "e\\x00\\xff");
+  EXPECT_EQ(*(*row)[0][1], "00ff");
+}
+
+// Issue 10 item 8: an event whose topic does not exist, and one whose topic the relay may
+// not write, are retried for --kafka-topic-error-timeout-ms (reported in /readyz and a
+// metric), then dead-lettered with the reason; the other events are delivered.
+TEST_F(RelayTest, TopicErrorsAreRetriedForTheBoundThenDeadLettered) {
+  config_.kafka_topic_error_timeout = 2s;
+  config_.metrics_address = "127.0.0.1:0";
+  rd_kafka_mock_topic_set_error(kafka_->handle(), "missing.topic",
+                                RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  rd_kafka_mock_topic_set_error(kafka_->handle(), "denied.topic",
+                                RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'a', 'missing.topic', 'Lost', '{}'), "
+                        "('payment', 'b', 'denied.topic', 'Denied', '{}')")
+                  .ok());
+  bool reported = false;
+  httplib::Client client("127.0.0.1", relay_->metrics_port());
+  for (int i = 0; i < 40 && !reported; ++i) {
+    auto ready = client.Get("/readyz");
+    reported =
+        ready && ready->status == 503 && ready->body.find("missing.topic") != std::string::npos;
+    if (!reported) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(reported) << "/readyz did not name the failing topic";
+  WriteEvents(0, 1, 3);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(3, 20s).size(), 3u);
+  auto rows = pg_->Query("SELECT topic, reason FROM walrelay_dead_letter ORDER BY ordinal");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(*(*rows)[0][0], "missing.topic");
+  EXPECT_NE((*rows)[0][1]->find("UNKNOWN_TOPIC_OR_PART"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(*(*rows)[1][0], "denied.topic");
+  EXPECT_NE((*rows)[1][1]->find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos) << *(*rows)[1][1];
+  EXPECT_NE(relay_->RenderMetrics().find("walrelay_kafka_failing_topics 2"), std::string::npos);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+}
+
+// Issue 10 item 8: a topic error reported for a produced record (authorization revoked
+// after the topic was checked) restarts the session; it never ends the process.
+TEST_F(RelayTest, TopicErrorInADeliveryReportRestartsNotExits) {
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
+  WriteEvents(0, 1, 5);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(5, 20s).size(), 5u);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+}
+
+// Issue 10 item 7: a fatal producer error (the broker reports the head-of-line request out
+// of sequence) ends the session, not the process: a new session with a new producer
+// delivers everything.
+TEST_F(RelayTest, FatalProducerErrorStartsANewSession) {
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER});
+  WriteEvents(0, 5, 20);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(100, 20s).size(), 100u);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  EXPECT_EQ(relay_->stats().streaming.load(), 1);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+}
+
+// Issue 10 item 2: the broker refuses a batch of small records (as for a topic whose
+// max.message.bytes is below the batch): none of them is dead-lettered; the session
+// restarts with a smaller batch.size and they all arrive.
+TEST_F(RelayTest, RefusedBatchIsProducedAgainNotDeadLettered) {
+  config_.kafka_properties["batch.size"] = "20000";
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'a', 'Small', jsonb_build_object('seq', g) FROM "
+                        "generate_series(1, 5) g")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(DistinctEventIds(5, 20s).size(), 5u);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+  EXPECT_GE(relay_->stats().restarts.load(), 1u);
+  EXPECT_EQ(relay_->stats().kafka_batch_size.load(), 10000);
+  auto dead = pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter");
+  ASSERT_TRUE(dead.ok());
+  EXPECT_EQ(*dead, "0");
+}
+
+// Issue 10 item 2: a record that travels alone (its own size reaches the batch limit) and
+// is refused is dead-lettered for itself; the stream goes on without a restart.
+TEST_F(RelayTest, RecordRefusedAloneIsDeadLetteredForItself) {
+  config_.kafka_properties["batch.size"] = "20000";
+  StartRelay();
+  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'a', 'Big', jsonb_build_object('blob', "
+                        "repeat('z', 30000)))")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  WriteEvents(0, 1, 3);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(DistinctEventIds(3, 20s).size(), 3u);
+  auto rows = pg_->Query("SELECT event_type, reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(*(*rows)[0][0], "Big");
+  EXPECT_NE((*rows)[0][1]->find("refused the record itself"), std::string::npos) << *(*rows)[0][1];
+  EXPECT_EQ(relay_->stats().restarts.load(), 0u);
+}
+
+// Issue 10 item 6: brokers that answer slower than request.timeout.ms for several times
+// that long (requests time out and are retried) lose nothing and reorder nothing: records
+// never time out.
+TEST_F(RelayTest, OutageLongerThanRequestTimeoutLosesAndReordersNothing) {
+  config_.kafka_properties["request.timeout.ms"] = "500";
+  config_.kafka_properties["socket.timeout.ms"] = "500";
+  StartRelay();
+  WriteEvents(0, 1, 10);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(kafka_->SetBrokerRtt(-1, 1500).ok());
+  for (int t = 0; t < 10; ++t) WriteEvents(10 + t * 20, 1, 20);
+  std::this_thread::sleep_for(3s);
+  ASSERT_TRUE(kafka_->SetBrokerRtt(-1, 0).ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  // Read until every event was seen (duplicates from retried requests are allowed).
+  const std::vector<ConsumedRecord> records = kafka::testing::ConsumeUntil(
+      kafka_->bootstraps(), "outbox.payment", kPartitions,
+      [&](const std::vector<ConsumedRecord>& got) {
+        std::set<std::string> seen;
+        for (const auto& r : got) seen.insert(r.Header("event_id"));
+        return seen.size() >= 210;
+      },
+      30s);
+  std::set<std::string> ids;
+  std::map<std::string, int> last_seq;
+  for (const auto& r : records) {
+    if (!ids.insert(r.Header("event_id")).second) continue;  // a duplicate
+    const int seq = std::stoi(r.value.substr(r.value.find("\"seq\": ") + 7));
+    auto [it, first] = last_seq.emplace(r.key, seq);
+    if (!first) {
+      EXPECT_LT(it->second, seq) << "aggregate " << r.key << " out of commit order";
+      it->second = seq;
+    }
+  }
+  EXPECT_EQ(ids.size(), 210u);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
 }
 
 // The database goes away mid-stream (immediate shutdown = crash, then restart): the relay

@@ -1,0 +1,51 @@
+// TopicErrors: Kafka topics that fail for a reason of their own (the topic does not exist,
+// the relay may not write to it), remembered across sessions so that retrying them is
+// bounded (invariant 7: one bad event never stops the others).
+//
+// A topic's first failure starts its clock. Until `timeout` has passed the relay retries
+// (the session restarts; /readyz names the topic and the reason); afterwards its events are
+// dead-lettered with the reason until a check finds the topic usable again (Clear).
+//
+// Thread safety: all methods may be called from any thread (the pipeline writes, /readyz
+// and /metrics read).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace walrelay::relay {
+
+class TopicErrors {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit TopicErrors(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+
+  // Records that `topic` failed with `reason`. True when it has been failing for at least
+  // the timeout: dead-letter its events.
+  bool Fail(std::string_view topic, std::string_view reason, Clock::time_point now = Clock::now());
+  // `topic` works (again).
+  void Clear(std::string_view topic);
+  // OK while no topic is within its retry period; else kUnavailable naming each such
+  // topic, its reason and when its events start to be dead-lettered.
+  Status Readiness(Clock::time_point now = Clock::now()) const;
+  // Topics failing now (retried or dead-lettered).
+  size_t failing() const;
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  struct Entry {
+    Clock::time_point since;
+    std::string reason;
+  };
+  const std::chrono::milliseconds timeout_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry, std::less<>> topics_;
+};
+
+}  // namespace walrelay::relay

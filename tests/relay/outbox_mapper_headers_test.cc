@@ -1,0 +1,59 @@
+// The mapper's header rules (issue 10 item 9): the names the relay writes itself cannot be
+// written again from the headers column or a table-less envelope.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "src/relay/outbox_mapper.h"
+
+namespace walrelay::relay {
+namespace {
+
+OutboxRow Row(std::string_view headers) {
+  OutboxRow row;
+  row.id = "1";
+  row.event_id = "e-1";
+  row.aggregate_type = "payment";
+  row.aggregate_id = "a";
+  row.event_type = "PaymentCaptured";
+  row.payload = "{}";
+  row.headers = headers;
+  return row;
+}
+
+TEST(OutboxMapperHeadersTest, ReservedNamesFromTheHeadersColumnAreRefused) {
+  RelayConfig config;
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  for (const char* headers :
+       {R"({"event_id": "spoofed"})", R"({"event_type": "X"})", R"({"aggregate_type": "X"})",
+        R"({"walrelay.position": "0/0"})", R"({"walrelay.anything": "x"})",
+        R"({"trace": "t", "Event_ID": "spoofed"})"}) {
+    Status st = mapper.MapRow("public.outbox", Row(headers), &event);
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << headers;
+    EXPECT_NE(st.message().find("reserved"), std::string::npos) << st.message();
+  }
+  ASSERT_TRUE(
+      mapper.MapRow("public.outbox", Row(R"({"trace_id": "t", "event": "ok"})"), &event).ok());
+  ASSERT_EQ(event.extra_headers.size(), 2u);
+  EXPECT_EQ(event.extra_headers[0].first, "trace_id");
+}
+
+TEST(OutboxMapperHeadersTest, ReservedNamesFromAnEnvelopeAreRefused) {
+  RelayConfig config;
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  pgoutput::LogicalMessage message;
+  message.flags = pgoutput::LogicalMessage::kFlagTransactional;
+  message.prefix = config.message_prefix;
+  const std::string content =
+      R"({"event_id": "e-1", "aggregate_type": "payment", "aggregate_id": "a",)"
+      R"( "event_type": "T", "payload": {}, "headers": {"event_id": "spoofed"}})";
+  message.content = content;
+  Status st = mapper.MapMessage(message, &event);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("event_id"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace walrelay::relay
