@@ -70,8 +70,8 @@ TEST(LeastPrivilegeTest, SetupAsOwnerThenTheRelayAsTheDocumentedRole) {
     std::string saved;
     for (int i = 0; i < 200 && saved != "t"; ++i, std::this_thread::sleep_for(50ms)) {
       auto v = c.QueryScalar(
-          "SELECT coalesce(max(last_id) >= 51, false) FROM walrelay_progress WHERE slot = "
-          "'walrelay'");
+          "SELECT coalesce(bool_or(bound_snapshot IS NOT NULL), false) FROM walrelay_progress "
+          "WHERE slot = 'walrelay'");
       saved = v.ok() ? *v : "";
     }
     EXPECT_EQ(saved, "t");

@@ -70,6 +70,8 @@ TEST(DevbrokerTest, ServesProduceConsumeAndFaultCommandsUntilSigterm) {
   EXPECT_EQ(broker.Command("topic payments 2").rfind("error: ", 0), 0u);
   EXPECT_EQ(broker.Command("down 9").rfind("error: ", 0), 0u);
   EXPECT_EQ(broker.Command("explode").rfind("error: ", 0), 0u);
+  EXPECT_EQ(broker.Command("topic-error gone UNKNOWN_TOPIC_OR_PART"), "ok");
+  EXPECT_EQ(broker.Command("topic-error gone NO_SUCH_ERROR").rfind("error: ", 0), 0u);
 
   producer->reset();
   EXPECT_EQ(broker.Stop(SIGTERM), 0);

@@ -684,8 +684,9 @@ TEST_F(SyncStandbyTest, RelaysOwnWritesDoNotWaitForItsOwnWalsender) {
                   .ok());
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << "the relay stopped confirming";
   EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "1");
-  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_progress WHERE last_id IS NOT NULL"),
-            "1");
+  EXPECT_EQ(
+      *pg_->QueryScalar("SELECT count(*) FROM walrelay_progress WHERE bound_snapshot IS NOT NULL"),
+      "1");
 }
 
 // A lost slot that walrelay never recorded progress for (made by hand or by setup): no
@@ -718,8 +719,9 @@ TEST_F(RecoveryTest, LostSlotWithoutProgressEndsTheRunWithTheFix) {
 // itself meanwhile, then lets go. The relay must wait and retry, not exit.
 TEST_F(RelayTest, RelayLosingTheRaceToCreateTheSlotRetries) {
   ASSERT_TRUE(pg_->Exec(ProgressTableDdl(QuoteIdentifier(config_.progress_table))).ok());
-  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, last_id) VALUES "
-                        "('walrelay', 'public.outbox', 0)")
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, bound_snapshot, bound_lsn) "
+                        "VALUES ('walrelay', '*', pg_current_snapshot(), "
+                        "pg_current_wal_insert_lsn())")
                   .ok());
   PGconn* lock = PQconnectdb(pg_->conninfo().c_str());
   ASSERT_EQ(PQstatus(lock), CONNECTION_OK);
@@ -979,15 +981,21 @@ TEST_F(RecoveryTest, UntrustworthyBoundIsRefusedBeforeTouchingTheSlot) {
 }
 
 // Invariant 7 during recovery: a republished record the broker refuses for good (here
-// every Produce request answers MSG_SIZE_TOO_LARGE) is dead-lettered from its headers and
+// every Produce request answers MSG_SIZE_TOO_LARGE, and the record is over the batch limit,
+// so it travelled alone and the refusal is about it) is dead-lettered from its headers and
 // the recovery completes; it failed the whole recovery, which was redone and failed again.
 TEST_F(RecoveryTest, RecordRefusedByTheBrokerDuringRecoveryIsDeadLettered) {
+  config_.kafka_properties["batch.size"] = "1024";
   StartRelay();
   WriteEvents(0, 1, 10);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
   ASSERT_TRUE(WaitBoundCoversOutbox(30s));
   StopRelay();
-  WriteEvents(10, 1, 1);  // one row while the relay is down
+  // One row larger than the batch limit while the relay is down.
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'agg-big', 'PaymentCaptured', "
+                        "jsonb_build_object('blob', repeat('x', 2000)))")
+                  .ok());
   ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
   kafka_->PushRequestErrors(0 /* Produce */,
                             std::vector<int>(20, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
