@@ -5,7 +5,11 @@
 //   down <broker id|all>        disconnect the broker(s) and refuse new connections
 //   up <broker id|all>          accept connections again
 //   topic <name> <partitions>   create a topic (replication factor min(3, brokers))
+//   topic-error <name> <error>  fail every request about the topic with a Kafka error
+//                               name (UNKNOWN_TOPIC_OR_PART, TOPIC_AUTHORIZATION_FAILED,
+//                               ...), or NO_ERROR to clear it
 #include <fmt/format.h>
+#include <librdkafka/rdkafka.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -58,8 +62,22 @@ Status Execute(MockCluster& cluster, const std::string& line) {
     }
     return cluster.CreateTopic(words[1], partitions, ReplicationFactor(cluster));
   }
+  if (cmd == "topic-error" && words.size() == 3) {
+    // librdkafka has names for codes, not codes for names: look the name up.
+    const struct rd_kafka_err_desc* descs = nullptr;
+    size_t count = 0;
+    rd_kafka_get_err_descs(&descs, &count);
+    for (size_t i = 0; i < count; ++i) {
+      if (descs[i].name != nullptr && words[2] == descs[i].name) {
+        cluster.SetTopicError(words[1], descs[i].code);
+        return Status::Ok();
+      }
+    }
+    return walrelay::InvalidArgumentError(fmt::format("unknown Kafka error name '{}'", words[2]));
+  }
   return walrelay::InvalidArgumentError(fmt::format(
-      "unknown command '{}' (expected: down <id|all>, up <id|all>, topic <name> <partitions>)",
+      "unknown command '{}' (expected: down <id|all>, up <id|all>, topic <name> <partitions>, "
+      "topic-error <name> <error name>)",
       line));
 }
 
@@ -84,6 +102,9 @@ int main(int argc, char** argv) {
       "  down <broker id|all>       disconnect broker(s), refuse new connections\n"
       "  up <broker id|all>         accept connections again\n"
       "  topic <name> <partitions>  create a topic\n"
+      "  topic-error <name> <error> fail requests about the topic with a Kafka error name\n"
+      "                             (UNKNOWN_TOPIC_OR_PART, TOPIC_AUTHORIZATION_FAILED, ...;\n"
+      "                             NO_ERROR clears it)\n"
       "Topics not created explicitly are auto-created on first use with 4 partitions (fixed\n"
       "by librdkafka 2.0.2's mock)."};
   int brokers = 3;

@@ -69,6 +69,11 @@ class MockCluster {
   // these rd_kafka_resp_err_t codes, in order (RD_KAFKA_RESP_ERR__TRANSPORT disconnects).
   void PushRequestErrors(int16_t api_key, const std::vector<int>& errors);
 
+  // Every request about topic `name` fails with `error` from now on (0 clears it), e.g.
+  // UNKNOWN_TOPIC_OR_PART for a topic that does not exist (the mock would otherwise
+  // auto-create it) or TOPIC_AUTHORIZATION_FAILED for one the client may not write.
+  void SetTopicError(std::string_view name, int error);
+
   // The raw handle, for mock features not wrapped here. Owned by the MockCluster.
   rd_kafka_mock_cluster_t* handle() const { return mcluster_; }
 
