@@ -62,8 +62,8 @@ constexpr SqlStateRule kSqlStateRules[] = {
     {"0A", StatusCode::kFailedPrecondition, PgFault::kStatement, "feature not supported"},
 };
 
-constexpr SqlStateRule kDefaultRule = {"*", StatusCode::kFailedPrecondition,
-                                       PgFault::kServerState, "other"};
+constexpr SqlStateRule kDefaultRule = {"*", StatusCode::kFailedPrecondition, PgFault::kServerState,
+                                       "other"};
 
 }  // namespace
 
@@ -86,8 +86,8 @@ std::span<const SqlStateRule> SqlStateTable() { return kSqlStateRules; }
 const SqlStateRule& ClassifySqlState(std::string_view sqlstate) {
   for (const SqlStateRule& r : kSqlStateRules) {
     if (r.sqlstate.size() == 5 ? sqlstate == r.sqlstate
-                               : r.sqlstate.empty() ? sqlstate.empty()
-                                                    : sqlstate.substr(0, 2) == r.sqlstate) {
+        : r.sqlstate.empty()   ? sqlstate.empty()
+                               : sqlstate.substr(0, 2) == r.sqlstate) {
       return r;
     }
   }
@@ -134,10 +134,9 @@ Status MapPgError(std::string_view sqlstate, std::string_view server_message, st
   if (rule.code == StatusCode::kUnavailable) {
     return UnavailableError(Join(context, server_message, "retry"));
   }
-  return Status(rule.code, Join(context,
-                                std::string(server_message) + " (SQLSTATE " +
-                                    std::string(sqlstate) + ")",
-                                ""));
+  return Status(
+      rule.code,
+      Join(context, std::string(server_message) + " (SQLSTATE " + std::string(sqlstate) + ")", ""));
 }
 
 Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view context) {

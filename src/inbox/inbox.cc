@@ -31,10 +31,22 @@
 #include <thread>
 
 #include "base/json.h"
+#include "slot/pg_error.h"
 #include "src/inbox/pg.h"
 #include "src/kafka/producer.h"
 
 namespace walrelay::inbox {
+
+// Reads and writes Transaction's record of its last database failure.
+struct TransactionAccess {
+  static void Record(Transaction& tx, const Status& st, slot::PgFault fault) {
+    tx.last_error_ = st;
+    tx.last_fault_ = static_cast<int>(fault);
+  }
+  static slot::PgFault Fault(const Transaction& tx) {
+    return static_cast<slot::PgFault>(tx.last_fault_);
+  }
+};
 
 using namespace std::chrono_literals;
 
@@ -60,7 +72,13 @@ std::vector<pg::RawParam> ToRaw(const std::vector<Param>& params) {
 
 Result<int64_t> Transaction::Exec(std::string_view sql, const std::vector<Param>& params) {
   auto raw = ToRaw(params);
-  WALRELAY_ASSIGN_OR_RETURN(pg::ResultPtr res, pg::Exec(conn_, sql, raw, "handler statement"));
+  slot::PgFault fault;
+  Result<pg::ResultPtr> r = pg::Exec(conn_, sql, raw, "handler statement", &fault);
+  if (!r.ok()) {
+    TransactionAccess::Record(*this, r.status(), fault);
+    return r.status();
+  }
+  pg::ResultPtr res = std::move(r).value();
   const char* n = PQcmdTuples(res.get());
   return static_cast<int64_t>(n != nullptr && *n != '\0' ? std::strtoll(n, nullptr, 10) : 0);
 }
@@ -68,7 +86,13 @@ Result<int64_t> Transaction::Exec(std::string_view sql, const std::vector<Param>
 Result<std::vector<Row>> Transaction::Query(std::string_view sql,
                                             const std::vector<Param>& params) {
   auto raw = ToRaw(params);
-  WALRELAY_ASSIGN_OR_RETURN(pg::ResultPtr res, pg::Exec(conn_, sql, raw, "handler query"));
+  slot::PgFault fault;
+  Result<pg::ResultPtr> r = pg::Exec(conn_, sql, raw, "handler query", &fault);
+  if (!r.ok()) {
+    TransactionAccess::Record(*this, r.status(), fault);
+    return r.status();
+  }
+  pg::ResultPtr res = std::move(r).value();
   std::vector<Row> rows;
   const int nrows = PQntuples(res.get());
   const int ncols = PQnfields(res.get());
@@ -221,6 +245,8 @@ CREATE TABLE IF NOT EXISTS inbox_dead_letter (
   headers     jsonb       NOT NULL,
   reason      text        NOT NULL
 );
+CREATE INDEX IF NOT EXISTS inbox_dead_letter_source
+  ON inbox_dead_letter (consumer, topic, "partition", "offset");
 COMMIT;
 )sql";
 
@@ -229,15 +255,79 @@ bool IsPermanent(StatusCode code) {
          code == StatusCode::kDataLoss;
 }
 
-// JSON string literal; bytes that are not valid UTF-8 are replaced by '?', so that a
-// binary header still lands in the jsonb column (the raw record is in the DLQ topic).
-void AppendJsonString(std::string& out, std::string_view s) {
-  std::string clean;
-  if (!simdjson::validate_utf8(s.data(), s.size())) {
-    for (unsigned char c : s) clean += c < 0x80 ? static_cast<char>(c) : '?';
-    s = clean;
+// What happens to a message after a failed attempt.
+enum class Next {
+  kRetry,       // roll back, back off, try the same message again
+  kDeadLetter,  // the message is bad: dead-letter it
+  kStop,        // no message can succeed: stop the consumer, Run() returns the error
+};
+
+// The inbox's reading of the shared SQLSTATE table (slot/pg_error.h).
+Next FromFault(slot::PgFault fault) {
+  switch (fault) {
+    case slot::PgFault::kData:
+      return Next::kDeadLetter;
+    case slot::PgFault::kStatement:
+      return Next::kStop;
+    case slot::PgFault::kTransient:
+    case slot::PgFault::kServerState:
+      return Next::kRetry;
   }
-  AppendJsonQuoted(&out, s);
+  return Next::kRetry;
+}
+
+// Text that PostgreSQL's jsonb holds as a string: UTF-8 without NUL (jsonb refuses NUL).
+bool FitsJsonbString(std::string_view s) {
+  return s.find('\0') == std::string_view::npos && simdjson::validate_utf8(s.data(), s.size());
+}
+
+std::string Hex(std::string_view s) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() * 2);
+  for (unsigned char c : s) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 0xf];
+  }
+  return out;
+}
+
+// The headers as a jsonb object. A value that is UTF-8 without NUL is a JSON string; any
+// other value (binary: a Java client's retry counter, ...) is {"hex": "<bytes in hex>"}, so
+// that every byte fits. A name that does not fit is "hex:<name in hex>".
+std::string HeadersJson(const std::vector<std::pair<std::string_view, std::string_view>>& h) {
+  std::string out = "{";
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (i > 0) out += ',';
+    const auto& [name, value] = h[i];
+    AppendJsonQuoted(&out, FitsJsonbString(name) ? std::string(name) : "hex:" + Hex(name));
+    out += ':';
+    if (FitsJsonbString(value)) {
+      AppendJsonQuoted(&out, value);
+    } else {
+      out += R"({"hex":")" + Hex(value) + R"("})";
+    }
+  }
+  out += '}';
+  return out;
+}
+
+// An event id usable as an inbox key (text in a btree): kDataLoss = the dead-letter reason.
+Status ValidateEventId(std::string_view id, std::string_view source) {
+  if (id.size() > kMaxEventIdBytes) {
+    return DataLossError("poison: the event id in the " + std::string(source) + " has " +
+                         std::to_string(id.size()) + " bytes, more than the " +
+                         std::to_string(kMaxEventIdBytes) + " allowed");
+  }
+  if (id.find('\0') != std::string_view::npos) {
+    return DataLossError("poison: the event id in the " + std::string(source) +
+                         " contains a NUL byte");
+  }
+  if (!simdjson::validate_utf8(id.data(), id.size())) {
+    return DataLossError("poison: the event id in the " + std::string(source) +
+                         " is not valid UTF-8");
+  }
+  return Status::Ok();
 }
 
 // Poison detection: the event id, from the header or the JSON envelope. kDataLoss = the
@@ -245,6 +335,7 @@ void AppendJsonString(std::string& out, std::string_view s) {
 Result<std::string> ExtractEventId(const InboxMessage& m) {
   if (auto h = m.Header("event_id")) {
     if (h->empty()) return DataLossError("poison: empty event_id header");
+    WALRELAY_RETURN_IF_ERROR(ValidateEventId(*h, "event_id header"));
     return std::string(*h);
   }
   if (m.value.empty()) return DataLossError("poison: no event_id header and an empty value");
@@ -259,6 +350,7 @@ Result<std::string> ExtractEventId(const InboxMessage& m) {
   if (doc["event_id"].get(id) != simdjson::SUCCESS || id.empty()) {
     return DataLossError("poison: no event_id header and no \"event_id\" string in the JSON value");
   }
+  WALRELAY_RETURN_IF_ERROR(ValidateEventId(id, "JSON value"));
   return std::string(id);
 }
 
@@ -367,6 +459,16 @@ class InboxConsumer::Impl {
     std::lock_guard lock(retention_mu_);
     retention_cv_.notify_all();
   }
+  // Stops the consumer because of `st` (no message can succeed); Run() returns the first
+  // such error.
+  void Fail(const Status& st) {
+    {
+      std::lock_guard lock(fatal_mu_);
+      if (fatal_.ok()) fatal_ = st;
+    }
+    spdlog::error("inbox: stopping the consumer: {}", st.ToString());
+    Stop();
+  }
   Result<int64_t> RunRetentionOnce();
 
   InboxStats stats() const {
@@ -390,9 +492,10 @@ class InboxConsumer::Impl {
   void StopWorkers(const rd_kafka_topic_partition_list_t* parts);
   void WorkerLoop(PartitionWorker* w);
   Result<Outcome> Process(const rd_kafka_message_t* m, const std::atomic<bool>& stop);
-  Result<Outcome> ApplyOnce(const InboxMessage& msg, const std::atomic<bool>& stop);
+  // One attempt; on failure `*next` says what to do with the message.
+  Result<Outcome> ApplyOnce(const InboxMessage& msg, const std::atomic<bool>& stop, Next* next);
   Result<Outcome> DeadLetterOnce(const InboxMessage& msg, const std::string& reason,
-                                 const std::atomic<bool>& stop);
+                                 const std::atomic<bool>& stop, Next* next);
   Status ProduceDeadLetter(const InboxMessage& msg, const std::string& reason);
   void AfterCommit();
   void RetentionLoop();
@@ -419,6 +522,9 @@ class InboxConsumer::Impl {
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;
+
+  std::mutex fatal_mu_;
+  Status fatal_;  // the error that stopped the consumer (Fail)
 };
 
 Status InboxConsumer::Impl::Init() {
@@ -428,6 +534,9 @@ Status InboxConsumer::Impl::Init() {
   if (opt_.topics.empty()) return InvalidArgumentError("inbox: at least one topic required");
   if (opt_.conninfo.empty()) return InvalidArgumentError("inbox: conninfo required");
   if (opt_.consumer_name.empty()) return InvalidArgumentError("inbox: consumer name required");
+  if (Status st = ValidateEventId(opt_.consumer_name, "consumer name"); !st.ok()) {
+    return InvalidArgumentError("inbox: consumer name: " + st.message());
+  }
   if (opt_.max_db_connections < 1) return InvalidArgumentError("inbox: max_db_connections < 1");
   if (opt_.retention_batch < 1) return InvalidArgumentError("inbox: retention_batch < 1");
   if (!handler_) return InvalidArgumentError("inbox: handler required");
@@ -529,7 +638,8 @@ Status InboxConsumer::Impl::EnsureSchema() {
   std::atomic<bool> no_stop{false};
   WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pool_.Acquire(no_stop));
   Lease lease(pool_, c);
-  Status st = pg::Command(c, kSchema, "inbox: create schema");
+  slot::PgFault fault;
+  Status st = pg::Command(c, kSchema, "inbox: create schema", &fault);
   if (!st.ok()) pg::Rollback(c);
   return st;
 }
@@ -631,7 +741,12 @@ void InboxConsumer::Impl::WorkerLoop(PartitionWorker* w) {
       rd_kafka_topic_partition_list_destroy(list);
     }
     rd_kafka_message_destroy(m);
-    if (!r.ok()) break;  // kCancelled: stopping; the message is redelivered later
+    if (!r.ok()) {
+      // kCancelled only when a stop was requested: the message is redelivered later. Any
+      // other error stops the whole consumer (Process decided no message can succeed).
+      if (r.status().code() != StatusCode::kCancelled) Fail(r.status());
+      break;
+    }
   }
 }
 
@@ -670,8 +785,9 @@ Result<Outcome> InboxConsumer::Impl::Process(const rd_kafka_message_t* m,
   auto backoff = opt_.retry_initial_backoff;
   for (;;) {
     if (stop.load() || stop_.load()) return CancelledError("stopping");
+    Next next = Next::kRetry;
     Result<Outcome> r =
-        dead_reason ? DeadLetterOnce(msg, *dead_reason, stop) : ApplyOnce(msg, stop);
+        dead_reason ? DeadLetterOnce(msg, *dead_reason, stop, &next) : ApplyOnce(msg, stop, &next);
     if (r.ok()) {
       switch (*r) {
         case Outcome::kApplied:
@@ -687,8 +803,18 @@ Result<Outcome> InboxConsumer::Impl::Process(const rd_kafka_message_t* m,
       return r;
     }
     const Status& st = r.status();
-    if (st.code() == StatusCode::kCancelled) return st;
-    if (!dead_reason && IsPermanent(st.code())) {
+    if (st.code() == StatusCode::kCancelled && (stop.load() || stop_.load())) return st;
+    if (next == Next::kDeadLetter && dead_reason) {
+      // A dead-letter write must always succeed; one that cannot is no fault of this
+      // message alone.
+      next = Next::kStop;
+    }
+    if (next == Next::kStop) {
+      return Status(st.code(), "inbox: " + std::string(msg.topic) + " [" +
+                                   std::to_string(msg.partition) + "] @" +
+                                   std::to_string(msg.offset) + ": " + st.message());
+    }
+    if (next == Next::kDeadLetter) {
       dead_reason = "handler: " + st.ToString();
       spdlog::warn("inbox: {} [{}] @{} event {}: permanent failure, dead-lettering: {}", msg.topic,
                    msg.partition, msg.offset, event_id, st.ToString());
@@ -706,19 +832,23 @@ Result<Outcome> InboxConsumer::Impl::Process(const rd_kafka_message_t* m,
 }
 
 Result<Outcome> InboxConsumer::Impl::ApplyOnce(const InboxMessage& msg,
-                                               const std::atomic<bool>& stop) {
+                                               const std::atomic<bool>& stop, Next* next) {
+  *next = Next::kRetry;  // connection failures, a stop request
   WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pool_.Acquire(stop));
   Lease lease(pool_, c);
-  WALRELAY_RETURN_IF_ERROR(pg::Command(c, "BEGIN", "inbox: BEGIN"));
-  const pg::RawParam params[] = {{opt_.consumer_name}, {msg.event_id}};
-  Result<pg::ResultPtr> ins = pg::Exec(c, kInsertInbox, params, "inbox: insert");
-  if (!ins.ok()) {
+  slot::PgFault fault = slot::PgFault::kTransient;
+  auto fail = [&](Status st, slot::PgFault f) {
     pg::Rollback(c);
-    return ins.status();
-  }
+    *next = FromFault(f);
+    return st;
+  };
+  if (Status st = pg::Command(c, "BEGIN", "inbox: BEGIN", &fault); !st.ok()) return fail(st, fault);
+  const pg::RawParam params[] = {{opt_.consumer_name}, {msg.event_id}};
+  Result<pg::ResultPtr> ins = pg::Exec(c, kInsertInbox, params, "inbox: insert", &fault);
+  if (!ins.ok()) return fail(ins.status(), fault);
   if (std::strcmp(PQcmdTuples(ins->get()), "0") == 0) {
     // Duplicate: nothing else is written; COMMIT ends the (empty) transaction.
-    WALRELAY_RETURN_IF_ERROR(pg::Commit(c));
+    if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
     return Outcome::kDuplicate;
   }
   Transaction tx(c);
@@ -730,46 +860,84 @@ Result<Outcome> InboxConsumer::Impl::ApplyOnce(const InboxMessage& msg,
   } catch (...) {
     st = InternalError("handler threw");
   }
+  // A database error that the handler returned without recovering from it (the
+  // transaction is aborted, or the connection gone) is decided by the shared table; the
+  // handler's own verdict by its code.
+  const bool db_failed = PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) == PQTRANS_INERROR;
+  const bool db_decides = db_failed && !tx.last_database_error().ok();
   if (!st.ok()) {
+    if (db_decides) return fail(st, TransactionAccess::Fault(tx));
+    if (PQstatus(c) != CONNECTION_OK) return fail(st, slot::PgFault::kTransient);
     pg::Rollback(c);
+    *next = IsPermanent(st.code()) ? Next::kDeadLetter : Next::kRetry;
+    if (st.code() == StatusCode::kCancelled && !stop.load() && !stop_.load()) {
+      spdlog::warn(
+          "inbox: {} [{}] @{}: the handler returned CANCELLED but no stop was "
+          "requested; retried like a transient failure",
+          msg.topic, msg.partition, msg.offset);
+    }
     return st;
   }
-  WALRELAY_RETURN_IF_ERROR(pg::Commit(c));
+  if (Status cs = pg::Commit(c, &fault); !cs.ok()) {
+    // COMMIT answered ROLLBACK: the handler swallowed a database error; that error decides.
+    return fail(cs, db_decides ? TransactionAccess::Fault(tx) : fault);
+  }
   AfterCommit();
   return Outcome::kApplied;
 }
 
 Result<Outcome> InboxConsumer::Impl::DeadLetterOnce(const InboxMessage& msg,
                                                     const std::string& reason,
-                                                    const std::atomic<bool>& stop) {
+                                                    const std::atomic<bool>& stop, Next* next) {
+  *next = Next::kRetry;
   WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pool_.Acquire(stop));
   Lease lease(pool_, c);
-  WALRELAY_RETURN_IF_ERROR(pg::Command(c, "BEGIN", "inbox: BEGIN"));
-  auto fail = [&](Status st) {
+  slot::PgFault fault = slot::PgFault::kTransient;
+  auto fail = [&](Status st, slot::PgFault f) {
     pg::Rollback(c);
+    *next = FromFault(f);
     return st;
   };
+  if (Status st = pg::Command(c, "BEGIN", "inbox: BEGIN", &fault); !st.ok()) return fail(st, fault);
+  const std::string partition = std::to_string(msg.partition);
+  const std::string offset = std::to_string(msg.offset);
   if (!msg.event_id.empty()) {
     // The inbox row records the decision, so a redelivery is a duplicate, not a second
     // dead letter.
     const pg::RawParam params[] = {{opt_.consumer_name}, {msg.event_id}};
-    Result<pg::ResultPtr> ins = pg::Exec(c, kInsertInbox, params, "inbox: insert");
-    if (!ins.ok()) return fail(ins.status());
+    Result<pg::ResultPtr> ins = pg::Exec(c, kInsertInbox, params, "inbox: insert", &fault);
+    if (!ins.ok()) return fail(ins.status(), fault);
     if (std::strcmp(PQcmdTuples(ins->get()), "0") == 0) {
-      WALRELAY_RETURN_IF_ERROR(pg::Commit(c));
+      if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
+      return Outcome::kDuplicate;
+    }
+  } else {
+    // No usable event id: the dead-letter row itself records the decision. Processes
+    // racing on the same record serialise on an advisory lock of its source position;
+    // the same position with the same key and value is this message again.
+    const std::string lock_key =
+        opt_.consumer_name + "/" + std::string(msg.topic) + "/" + partition + "/" + offset;
+    const pg::RawParam lock_params[] = {{lock_key}};
+    Result<pg::ResultPtr> lock =
+        pg::Exec(c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", lock_params,
+                 "inbox: lock dead-letter position", &fault);
+    if (!lock.ok()) return fail(lock.status(), fault);
+    const pg::RawParam find_params[] = {{opt_.consumer_name}, {msg.topic},
+                                        {partition},          {offset},
+                                        {msg.key, true},      {msg.value, true}};
+    Result<pg::ResultPtr> found =
+        pg::Exec(c,
+                 "SELECT 1 FROM inbox_dead_letter WHERE consumer = $1 AND topic = $2 AND "
+                 "\"partition\" = $3 AND \"offset\" = $4 AND key IS NOT DISTINCT FROM $5 AND "
+                 "value IS NOT DISTINCT FROM $6 LIMIT 1",
+                 find_params, "inbox: find dead letter", &fault);
+    if (!found.ok()) return fail(found.status(), fault);
+    if (PQntuples(found->get()) > 0) {
+      if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
       return Outcome::kDuplicate;
     }
   }
-  std::string headers = "{";
-  for (size_t i = 0; i < msg.headers.size(); ++i) {
-    if (i > 0) headers += ',';
-    AppendJsonString(headers, msg.headers[i].first);
-    headers += ':';
-    AppendJsonString(headers, msg.headers[i].second);
-  }
-  headers += '}';
-  const std::string partition = std::to_string(msg.partition);
-  const std::string offset = std::to_string(msg.offset);
+  const std::string headers = HeadersJson(msg.headers);
   const pg::RawParam params[] = {
       {opt_.consumer_name},
       {msg.event_id.empty() ? std::nullopt : std::optional<std::string_view>(msg.event_id)},
@@ -785,12 +953,14 @@ Result<Outcome> InboxConsumer::Impl::DeadLetterOnce(const InboxMessage& msg,
       c,
       "INSERT INTO inbox_dead_letter (consumer, message_id, topic, \"partition\", \"offset\", "
       "key, value, headers, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)",
-      params, "inbox: insert dead letter");
-  if (!ins.ok()) return fail(ins.status());
+      params, "inbox: insert dead letter", &fault);
+  if (!ins.ok()) return fail(ins.status(), fault);
   // The topic record is acked before the row commits: a failure in between repeats the
   // topic record (at least once), never loses both.
-  if (Status st = ProduceDeadLetter(msg, reason); !st.ok()) return fail(st);
-  WALRELAY_RETURN_IF_ERROR(pg::Commit(c));
+  if (Status st = ProduceDeadLetter(msg, reason); !st.ok()) {
+    return fail(st, slot::PgFault::kTransient);
+  }
+  if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
   AfterCommit();
   spdlog::warn("inbox: dead-lettered {} [{}] @{} to {}: {}", msg.topic, msg.partition, msg.offset,
                opt_.dead_letter_topic, reason);
@@ -869,6 +1039,10 @@ Status InboxConsumer::Impl::Run() {
     rd_kafka_message_destroy(m);
   }
   Stop();
+  if (result.ok()) {
+    std::lock_guard lock(fatal_mu_);
+    result = fatal_;
+  }
   // Close: the revoke callback stops the workers and commits stored offsets; then we
   // leave the group.
   rd_kafka_consumer_close(rk_);
@@ -901,13 +1075,14 @@ Result<int64_t> InboxConsumer::Impl::RunRetentionOnce() {
   int64_t total = 0;
   for (;;) {
     // Each batch is its own short transaction: no long lock, no huge WAL burst.
+    slot::PgFault fault;
     WALRELAY_ASSIGN_OR_RETURN(
         pg::ResultPtr res,
         pg::Exec(c,
                  "DELETE FROM inbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox "
                  "WHERE consumer = $1 AND received_at < now() - make_interval(secs => "
                  "$2::double precision) LIMIT $3::int))",
-                 params, "inbox: retention delete"));
+                 params, "inbox: retention delete", &fault));
     const int64_t n = std::strtoll(PQcmdTuples(res.get()), nullptr, 10);
     total += n;
     retention_deleted_ += static_cast<uint64_t>(n);
