@@ -1,0 +1,49 @@
+#include "src/inbox/event_id.h"
+
+#include <simdjson.h>
+
+namespace walrelay::inbox {
+
+// An event id usable as an inbox key (text in a btree): kDataLoss = the dead-letter reason.
+Status ValidateEventId(std::string_view id, std::string_view source) {
+  if (id.size() > kMaxEventIdBytes) {
+    return DataLossError("poison: the event id in the " + std::string(source) + " has " +
+                         std::to_string(id.size()) + " bytes, more than the " +
+                         std::to_string(kMaxEventIdBytes) + " allowed");
+  }
+  if (id.find('\0') != std::string_view::npos) {
+    return DataLossError("poison: the event id in the " + std::string(source) +
+                         " contains a NUL byte");
+  }
+  if (!simdjson::validate_utf8(id.data(), id.size())) {
+    return DataLossError("poison: the event id in the " + std::string(source) +
+                         " is not valid UTF-8");
+  }
+  return Status::Ok();
+}
+
+// Poison detection: the event id, from the header or the JSON envelope. kDataLoss = the
+// dead-letter reason.
+Result<std::string> ExtractEventId(const InboxMessage& m) {
+  if (auto h = m.Header("event_id")) {
+    if (h->empty()) return DataLossError("poison: empty event_id header");
+    WALRELAY_RETURN_IF_ERROR(ValidateEventId(*h, "event_id header"));
+    return std::string(*h);
+  }
+  if (m.value.empty()) return DataLossError("poison: no event_id header and an empty value");
+  thread_local simdjson::dom::parser parser;
+  simdjson::padded_string padded(m.value);
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(padded).get(doc); err) {
+    return DataLossError(std::string("poison: no event_id header and the value is not JSON (") +
+                         simdjson::error_message(err) + ")");
+  }
+  std::string_view id;
+  if (doc["event_id"].get(id) != simdjson::SUCCESS || id.empty()) {
+    return DataLossError("poison: no event_id header and no \"event_id\" string in the JSON value");
+  }
+  WALRELAY_RETURN_IF_ERROR(ValidateEventId(id, "JSON value"));
+  return std::string(id);
+}
+
+}  // namespace walrelay::inbox
