@@ -21,8 +21,8 @@ Status InboxConsumer::Impl::Init() {
   if (opt_.topics.empty()) return InvalidArgumentError("inbox: at least one topic required");
   if (opt_.conninfo.empty()) return InvalidArgumentError("inbox: conninfo required");
   if (opt_.consumer_name.empty()) return InvalidArgumentError("inbox: consumer name required");
-  if (Status st = ValidateEventId(opt_.consumer_name, "consumer name"); !st.ok()) {
-    return InvalidArgumentError("inbox: consumer name: " + st.message());
+  if (Status st = ValidateEventId(opt_.consumer_name, "the consumer name"); !st.ok()) {
+    return InvalidArgumentError("inbox: " + st.message());
   }
   if (opt_.max_db_connections < 1) return InvalidArgumentError("inbox: max_db_connections < 1");
   if (opt_.retention_batch < 1) return InvalidArgumentError("inbox: retention_batch < 1");

@@ -4,20 +4,18 @@
 
 namespace walrelay::inbox {
 
-// An event id usable as an inbox key (text in a btree): kDataLoss = the dead-letter reason.
-Status ValidateEventId(std::string_view id, std::string_view source) {
+// An event id usable as an inbox key (text in a btree): kDataLoss naming `what`.
+Status ValidateEventId(std::string_view id, std::string_view what) {
   if (id.size() > kMaxEventIdBytes) {
-    return DataLossError("poison: the event id in the " + std::string(source) + " has " +
-                         std::to_string(id.size()) + " bytes, more than the " +
-                         std::to_string(kMaxEventIdBytes) + " allowed");
+    return DataLossError(std::string(what) + " has " + std::to_string(id.size()) +
+                         " bytes, more than the " + std::to_string(kMaxEventIdBytes) +
+                         " an inbox key may have");
   }
   if (id.find('\0') != std::string_view::npos) {
-    return DataLossError("poison: the event id in the " + std::string(source) +
-                         " contains a NUL byte");
+    return DataLossError(std::string(what) + " contains a NUL byte");
   }
   if (!simdjson::validate_utf8(id.data(), id.size())) {
-    return DataLossError("poison: the event id in the " + std::string(source) +
-                         " is not valid UTF-8");
+    return DataLossError(std::string(what) + " is not valid UTF-8");
   }
   return Status::Ok();
 }
@@ -27,7 +25,9 @@ Status ValidateEventId(std::string_view id, std::string_view source) {
 Result<std::string> ExtractEventId(const InboxMessage& m) {
   if (auto h = m.Header("event_id")) {
     if (h->empty()) return DataLossError("poison: empty event_id header");
-    WALRELAY_RETURN_IF_ERROR(ValidateEventId(*h, "event_id header"));
+    if (Status st = ValidateEventId(*h, "the event id in the event_id header"); !st.ok()) {
+      return DataLossError("poison: " + st.message());
+    }
     return std::string(*h);
   }
   if (m.value.empty()) return DataLossError("poison: no event_id header and an empty value");
@@ -42,7 +42,9 @@ Result<std::string> ExtractEventId(const InboxMessage& m) {
   if (doc["event_id"].get(id) != simdjson::SUCCESS || id.empty()) {
     return DataLossError("poison: no event_id header and no \"event_id\" string in the JSON value");
   }
-  WALRELAY_RETURN_IF_ERROR(ValidateEventId(id, "JSON value"));
+  if (Status st = ValidateEventId(id, "the event id in the JSON value"); !st.ok()) {
+    return DataLossError("poison: " + st.message());
+  }
   return std::string(id);
 }
 

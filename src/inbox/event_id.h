@@ -11,8 +11,8 @@
 namespace walrelay::inbox {
 
 // OK when `id` can be an inbox key: at most kMaxEventIdBytes bytes of UTF-8 without NUL.
-// Otherwise kDataLoss whose message (naming `source`) is the dead-letter reason.
-Status ValidateEventId(std::string_view id, std::string_view source);
+// Otherwise kDataLoss saying why, with `what` ("the event id in the ...") as its subject.
+Status ValidateEventId(std::string_view id, std::string_view what);
 
 // The event id: the `event_id` header, else the "event_id" string of the JSON value.
 // kDataLoss (the dead-letter reason) when there is none or it is not valid.

@@ -304,6 +304,20 @@ TEST_F(InboxTest, RetentionDeletesExpiredRowsInBatches) {
   EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'other'"), 3);
 }
 
+// The consumer name is half of every inbox key: the event-id rules apply to it at Create.
+TEST_F(InboxTest, ConsumerNameThatCannotBeAnInboxKeyIsRefused) {
+  InboxOptions o = Options("g", "payments");
+  o.consumer_name = std::string("led\0ger", 7);
+  auto c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("the consumer name contains a NUL byte"), std::string::npos)
+      << c.status().message();
+  o.consumer_name = std::string(kMaxEventIdBytes + 1, 'c');
+  EXPECT_EQ(InboxConsumer::Create(o, &ledger::CreditWallet).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(InboxTest, ConflictingOffsetPropertiesAreRefused) {
   InboxOptions o = Options("g", "payments");
   o.properties.emplace_back("enable.auto.offset.store", "true");
