@@ -26,7 +26,8 @@
 //                                               duplicate); move on
 //   anything else (kUnavailable, kCancelled     roll back; retry with capped backoff;
 //   while no stop was requested, ...)           the partition waits, nothing is skipped
-// Only Stop() (or a revoke) ends a partition's worker.
+// Only a stop ends a partition's worker: Stop(), a revoke, or the whole consumer stopping
+// on a statement fault (below).
 // Database errors (the inbox's own statements, and the handler's when it returns while
 // its transaction is aborted by one) are decided by the shared SQLSTATE table
 // (slot/pg_error.h) instead: transient or server-state faults (08, 40, 53, 57, 58, XX,
@@ -221,7 +222,9 @@ class InboxConsumer {
   Status EnsureSchema();
 
   // Subscribes and processes until Stop(). Returns OK after a clean stop (stored offsets
-  // committed, group left), or the error that ended it (e.g. a fatal consumer error).
+  // committed, group left), or the error that ended it: a fatal consumer error, or a
+  // database error with a statement fault (42xxx, 0A: schema, privileges; the message's
+  // offset is not stored, it is redelivered after the fix).
   Status Run();
 
   // Asks Run() to return. Thread-safe, async-signal-unsafe (call from a normal thread).
