@@ -125,7 +125,12 @@ while kill -0 "$WRITER" 2>/dev/null; do
     start_relay
     injected_relay=1
   fi
-  if [ "$injected_ledger" = 0 ] && [ "$written" -ge $((2 * EVENTS / 3)) ]; then
+  # The ledger crash must land mid-stream: a ledger needs ~9 s to start against the
+  # development Kafka (its DescribeConfigs is never answered: 6 s timeout; then the group
+  # join), so wait until it has applied something, not only for 2/3 of the writes.
+  applied_now=$(psql -Atc "SELECT count(*) FROM wallet_credit" 2>/dev/null || echo 0)
+  if [ "$injected_ledger" = 0 ] && [ "$written" -ge $((2 * EVENTS / 3)) ] &&
+    [ "${applied_now:-0}" -gt 0 ]; then
     echo "    >>> crash: kill -9 the ledger (pid $LEDGER_PID), then restart it"
     kill -9 "$LEDGER_PID"; wait "$LEDGER_PID" 2>/dev/null || true
     start_ledger ledger
@@ -133,6 +138,15 @@ while kill -0 "$WRITER" 2>/dev/null; do
   fi
 done
 wait "$WRITER"
+if [ "$injected_ledger" = 0 ]; then  # the writes finished before the ledger had started
+  for _ in $(seq 600); do
+    [ "$(psql -Atc "SELECT count(*) FROM wallet_credit" 2>/dev/null || echo 0)" -gt 0 ] && break
+    sleep 0.1
+  done
+  echo "    >>> crash: kill -9 the ledger (pid $LEDGER_PID), then restart it"
+  kill -9 "$LEDGER_PID"; wait "$LEDGER_PID" 2>/dev/null || true
+  start_ledger ledger
+fi
 
 say "6/7 draining: until the ledger applied every payment"
 for _ in $(seq 300); do

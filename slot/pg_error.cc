@@ -40,9 +40,67 @@ std::string ReplicationFix(std::string_view role) {
 
 }  // namespace
 
+namespace {
+
+constexpr SqlStateRule kSqlStateRules[] = {
+    {"55006", StatusCode::kFailedPrecondition, PgFault::kTransient, "object in use"},
+    {"55P03", StatusCode::kFailedPrecondition, PgFault::kTransient, "lock not available"},
+    {"55000", StatusCode::kFailedPrecondition, PgFault::kServerState,
+     "object not in prerequisite state"},
+    {"53400", StatusCode::kResourceExhausted, PgFault::kServerState,
+     "configuration limit exceeded"},
+    {"42501", StatusCode::kPermissionDenied, PgFault::kStatement, "insufficient privilege"},
+    {"42704", StatusCode::kNotFound, PgFault::kStatement, "undefined object"},
+    {"42710", StatusCode::kAlreadyExists, PgFault::kStatement, "duplicate object"},
+    {"08", StatusCode::kUnavailable, PgFault::kTransient, "connection exception"},
+    {"40", StatusCode::kUnavailable, PgFault::kTransient, "transaction rollback"},
+    {"53", StatusCode::kUnavailable, PgFault::kTransient, "insufficient resources"},
+    {"57", StatusCode::kUnavailable, PgFault::kTransient, "operator intervention"},
+    {"58", StatusCode::kUnavailable, PgFault::kTransient, "system error"},
+    {"XX", StatusCode::kUnavailable, PgFault::kTransient, "internal error"},
+    {"", StatusCode::kUnavailable, PgFault::kTransient, "no SQLSTATE: client-side failure"},
+    {"22", StatusCode::kInvalidArgument, PgFault::kData, "data exception"},
+    {"23", StatusCode::kFailedPrecondition, PgFault::kData, "integrity constraint violation"},
+    {"54", StatusCode::kResourceExhausted, PgFault::kData, "program limit exceeded"},
+    {"42", StatusCode::kInvalidArgument, PgFault::kStatement,
+     "syntax error or access rule violation"},
+    {"0A", StatusCode::kFailedPrecondition, PgFault::kStatement, "feature not supported"},
+};
+
+constexpr SqlStateRule kDefaultRule = {"*", StatusCode::kFailedPrecondition, PgFault::kServerState,
+                                       "other"};
+
+}  // namespace
+
+std::string_view PgFaultName(PgFault fault) {
+  switch (fault) {
+    case PgFault::kTransient:
+      return "transient";
+    case PgFault::kServerState:
+      return "server state";
+    case PgFault::kData:
+      return "data";
+    case PgFault::kStatement:
+      return "statement";
+  }
+  return "?";
+}
+
+std::span<const SqlStateRule> SqlStateTable() { return kSqlStateRules; }
+
+const SqlStateRule& ClassifySqlState(std::string_view sqlstate) {
+  for (const SqlStateRule& r : kSqlStateRules) {
+    if (r.sqlstate.size() == 5 ? sqlstate == r.sqlstate
+        : r.sqlstate.empty()   ? sqlstate.empty()
+                               : sqlstate.substr(0, 2) == r.sqlstate) {
+      return r;
+    }
+  }
+  return kDefaultRule;
+}
+
 Status MapPgError(std::string_view sqlstate, std::string_view server_message, std::string_view role,
                   std::string_view context) {
-  const std::string_view cls = sqlstate.substr(0, std::min<size_t>(2, sqlstate.size()));
   if (sqlstate == "55006") {
     return FailedPreconditionError(
         Join(context, server_message,
@@ -77,14 +135,12 @@ Status MapPgError(std::string_view sqlstate, std::string_view server_message, st
         Join(context, server_message,
              "raise max_replication_slots / max_wal_senders or drop unused slots"));
   }
-  if (sqlstate.empty() || cls == "08" || cls == "57" || cls == "53" || cls == "40" || cls == "58" ||
-      cls == "XX") {
+  const SqlStateRule& rule = ClassifySqlState(sqlstate);
+  if (rule.code == StatusCode::kUnavailable) {
     return UnavailableError(Join(context, server_message, "retry"));
   }
-  if (cls == "42" || cls == "22") {
-    return InvalidArgumentError(Join(context, server_message, ""));
-  }
-  return FailedPreconditionError(
+  return Status(
+      rule.code,
       Join(context, std::string(server_message) + " (SQLSTATE " + std::string(sqlstate) + ")", ""));
 }
 
@@ -99,6 +155,15 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view cont
   if (message.empty()) message = "unknown error";
   const char* user = conn ? PQuser(conn) : nullptr;
   return MapPgError(state ? state : "", message, user ? user : "", context);
+}
+
+PgFailure FailureFromResult(PGconn* conn, const PGresult* res, std::string_view context) {
+  const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+  Status st = StatusFromResult(conn, res, context);
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    return {UnavailableError(st.message()), PgFault::kTransient};
+  }
+  return {std::move(st), ClassifySqlState(state ? state : "").fault};
 }
 
 Status StatusFromConnectFailure(PGconn* conn, std::string_view context) {

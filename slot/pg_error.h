@@ -1,15 +1,37 @@
 // Where libpq errors enter walrelay: SQLSTATEs and connection failures mapped onto
 // Status codes that tell the caller what to do, with a message naming the fix.
 //
-//   55006 object in use (slot active elsewhere)    kFailedPrecondition
-//   42501 insufficient privilege                   kPermissionDenied (+ ALTER ROLE ... REPLICATION)
-//   42704 undefined object (slot, publication)     kNotFound
-//   42710 duplicate object                         kAlreadyExists
-//   55000 with "wal_level" in the message          kFailedPrecondition (+ set wal_level=logical)
-//   53400 configuration limit (slots, senders)     kResourceExhausted
-//   08xxx, 57Pxx, 53xxx, 40xxx, 58xxx, XXxxx, none kUnavailable (retry)
-//   42xxx, 22xxx (other)                           kInvalidArgument
-//   anything else                                  kFailedPrecondition
+// THE SQLSTATE table (the only one in the tree; the relay and the inbox both use it).
+// First matching row wins: exact codes, then classes, then the default.
+//
+//   SQLSTATE        meaning                          Status code          fault
+//   55006           object in use (slot active)      kFailedPrecondition  kTransient
+//   55P03           lock not available               kFailedPrecondition  kTransient
+//   55000           object not in prereq. state      kFailedPrecondition  kServerState
+//                   ("wal_level": + set wal_level=logical and restart)
+//   53400           configuration limit exceeded     kResourceExhausted   kServerState
+//   42501           insufficient privilege           kPermissionDenied    kStatement
+//   42704           undefined object                 kNotFound            kStatement
+//   42710           duplicate object                 kAlreadyExists       kStatement
+//   08xxx           connection exception             kUnavailable         kTransient
+//   40xxx           serialization failure, deadlock  kUnavailable         kTransient
+//   53xxx           insufficient resources           kUnavailable         kTransient
+//   57xxx           operator intervention, shutdown  kUnavailable         kTransient
+//   58xxx           system error (I/O)               kUnavailable         kTransient
+//   XXxxx           internal error                   kUnavailable         kTransient
+//   (none)          client side: connection lost     kUnavailable         kTransient
+//   22xxx           data exception                   kInvalidArgument     kData
+//   23xxx           integrity constraint violation   kFailedPrecondition  kData
+//   54xxx           program limit exceeded           kResourceExhausted   kData
+//   42xxx           syntax error or access rule      kInvalidArgument     kStatement
+//   0Axxx           feature not supported            kFailedPrecondition  kStatement
+//   anything else                                    kFailedPrecondition  kServerState
+//
+// A failed statement on a connection that is gone (PQstatus != CONNECTION_OK) is
+// kUnavailable / kTransient whatever its SQLSTATE. The Status code is what the relay acts
+// on (src/relay/relay.cc Retryable: restart or exit); the fault is what the inbox acts on
+// (transient and server state: retry with backoff; data: dead-letter the message;
+// statement: stop the consumer); docs/operations.md ("Database errors") says the same.
 //
 // Thread safety: functions are reentrant; a PGconn must not be used by two threads.
 #pragma once
@@ -18,6 +40,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +57,40 @@ struct PgResultDeleter {
 };
 using PgConnPtr = std::unique_ptr<PGconn, PgConnDeleter>;
 using PgResultPtr = std::unique_ptr<PGresult, PgResultDeleter>;
+
+// What a failed statement says about its cause (the table's last column).
+enum class PgFault {
+  kTransient,    // the connection or the server right now: the same statement may succeed
+  kServerState,  // server or session state that an operator may have to fix first
+  kData,         // the values of this statement cannot be stored as given
+  kStatement,    // the SQL, the schema or the privileges: every statement like it fails
+};
+
+std::string_view PgFaultName(PgFault fault);
+
+// One row of the table above.
+struct SqlStateRule {
+  std::string_view sqlstate;  // 5 characters: that code; 2: its class; "": no SQLSTATE
+  StatusCode code;
+  PgFault fault;
+  std::string_view meaning;
+};
+
+// The table, in match order (without the default row).
+std::span<const SqlStateRule> SqlStateTable();
+
+// The row for `sqlstate` (empty: a client-side failure); the default row when none
+// matches.
+const SqlStateRule& ClassifySqlState(std::string_view sqlstate);
+
+// A failed statement: the mapped Status (as StatusFromResult) and the table's fault.
+struct PgFailure {
+  Status status;
+  PgFault fault = PgFault::kTransient;
+};
+
+// Maps a failed PGresult (or null result) of `conn`, including the lost-connection rule.
+PgFailure FailureFromResult(PGconn* conn, const PGresult* res, std::string_view context);
 
 // Maps a server error. `sqlstate` may be empty (client-side failure: connection lost).
 // `role` names the role for the privilege fix. `context` says what was being done

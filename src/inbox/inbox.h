@@ -24,11 +24,21 @@
 //   kDataLoss (permanent: the message is bad)   roll back; dead-letter (topic + table,
 //                                               inbox row kept so a redelivery is a
 //                                               duplicate); move on
-//   kCancelled                                  roll back; stop this partition (shutdown)
-//   anything else (kUnavailable, ...)           roll back; retry with capped backoff;
-//                                               the partition waits, nothing is skipped
-// Database errors: 40001 serialization failure, 40P01 deadlock, 08xxx/57Pxx/53xxx and a
-// lost connection are kUnavailable (retried); other SQL errors keep the handler's code.
+//   anything else (kUnavailable, kCancelled     roll back; retry with capped backoff;
+//   while no stop was requested, ...)           the partition waits, nothing is skipped
+// Only a stop ends a partition's worker: Stop(), a revoke, or the whole consumer stopping
+// on a statement fault (below).
+// Database errors (the inbox's own statements, and the handler's when it returns while
+// its transaction is aborted by one) are decided by the shared SQLSTATE table
+// (slot/pg_error.h) instead: transient or server-state faults (08, 40, 53, 57, 58, XX,
+// 55P03, lost connection, ...) are retried; data faults (22, 23, 54) dead-letter the
+// message; statement faults (42, 0A: schema, privileges, SQL) stop the consumer: Run()
+// returns the error.
+//
+// Event ids: at most kMaxEventIdBytes bytes of UTF-8 without NUL; any other id makes the
+// message poison (dead-lettered without an inbox row). A poison message is dead-lettered
+// once: a redelivery finds its dead-letter row (same consumer, topic, partition, offset,
+// key and value) and is counted as a duplicate.
 //
 // Threading: one thread calls Run(); it serves the consumer group (rebalances) and starts
 // one worker thread per assigned partition. Workers share a pool of
@@ -59,6 +69,10 @@ typedef struct pg_conn PGconn;
 typedef struct rd_kafka_s rd_kafka_t;
 
 namespace walrelay::inbox {
+
+// The longest event id accepted as an inbox key, in bytes (a btree entry holds ~2.7 kB
+// for consumer and id together).
+inline constexpr size_t kMaxEventIdBytes = 1024;
 
 // One consumed Kafka record. Views into librdkafka's message: valid during the call only.
 struct InboxMessage {
@@ -104,8 +118,16 @@ class Transaction {
   // The connection, for libpq features not wrapped here. Same rules as above.
   PGconn* connection() const { return conn_; }
 
+  // The last failure of Exec/Query (OK when none failed). When the handler returns an
+  // error while this transaction is aborted by it (or the connection is gone), the shared
+  // SQLSTATE table decides what happens, not the returned code (docs/inbox.md).
+  const Status& last_database_error() const { return last_error_; }
+
  private:
+  friend struct TransactionAccess;
   PGconn* conn_;
+  Status last_error_;
+  int last_fault_ = 0;  // slot::PgFault of last_error_
 };
 
 using Handler = std::function<Status(const InboxMessage&, Transaction&)>;
@@ -121,7 +143,9 @@ struct InboxOptions {
 
   // PostgreSQL (keyword/value or URI conninfo) and the logical consumer name: the first
   // half of the inbox key, so two services reading the same topic dedup independently,
-  // and two processes of one service (any group) dedup against each other.
+  // and two processes of one service (any group) dedup against each other. The consumer
+  // name follows the event-id rules (UTF-8, no NUL, at most kMaxEventIdBytes), else
+  // Create() returns kInvalidArgument.
   std::string conninfo;
   std::string consumer_name;
   int max_db_connections = 4;
@@ -198,7 +222,9 @@ class InboxConsumer {
   Status EnsureSchema();
 
   // Subscribes and processes until Stop(). Returns OK after a clean stop (stored offsets
-  // committed, group left), or the error that ended it (e.g. a fatal consumer error).
+  // committed, group left), or the error that ended it: a fatal consumer error, or a
+  // database error with a statement fault (42xxx, 0A: schema, privileges; the message's
+  // offset is not stored, it is redelivered after the fix).
   Status Run();
 
   // Asks Run() to return. Thread-safe, async-signal-unsafe (call from a normal thread).

@@ -8,33 +8,16 @@ namespace walrelay::inbox::pg {
 
 namespace {
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
+Status Failed(PGconn* conn, const PGresult* res, std::string_view context, slot::PgFault* fault) {
+  slot::PgFailure f = slot::FailureFromResult(conn, res, context);
+  *fault = f.fault;
+  return f.status;
 }
 
 }  // namespace
 
-Status MapError(PGconn* conn, const PGresult* res, std::string_view context) {
-  const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
-  std::string sqlstate = state != nullptr ? state : "";
-  std::string message =
-      Trim(res != nullptr && *PQresultErrorMessage(res) != '\0' ? PQresultErrorMessage(res)
-                                                                : PQerrorMessage(conn));
-  std::string text = std::string(context) + ": " + message;
-  if (!sqlstate.empty()) text += " (SQLSTATE " + sqlstate + ")";
-  if (PQstatus(conn) != CONNECTION_OK || sqlstate.empty()) return UnavailableError(text);
-  const std::string cls = sqlstate.substr(0, 2);
-  if (sqlstate == "40001" || sqlstate == "40P01" || cls == "08" || cls == "57" || cls == "53" ||
-      cls == "58") {
-    return UnavailableError(text);
-  }
-  if (cls == "22" || cls == "23") return InvalidArgumentError(text);
-  return InternalError(text);
-}
-
 Result<ResultPtr> Exec(PGconn* conn, std::string_view sql, std::span<const RawParam> params,
-                       std::string_view context) {
+                       std::string_view context, slot::PgFault* fault) {
   std::vector<const char*> values(params.size());
   std::vector<int> lengths(params.size());
   std::vector<int> formats(params.size());
@@ -55,23 +38,28 @@ Result<ResultPtr> Exec(PGconn* conn, std::string_view sql, std::span<const RawPa
   ResultPtr res(PQexecParams(conn, query.c_str(), static_cast<int>(params.size()), nullptr,
                              values.data(), lengths.data(), formats.data(), 0));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return MapError(conn, res.get(), context);
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    return Failed(conn, res.get(), context, fault);
+  }
   return res;
 }
 
-Status Command(PGconn* conn, std::string_view sql, std::string_view context) {
+Status Command(PGconn* conn, std::string_view sql, std::string_view context, slot::PgFault* fault) {
   const std::string query(sql);
   ResultPtr res(PQexec(conn, query.c_str()));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return MapError(conn, res.get(), context);
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    return Failed(conn, res.get(), context, fault);
+  }
   return Status::Ok();
 }
 
-Status Commit(PGconn* conn) {
+Status Commit(PGconn* conn, slot::PgFault* fault) {
   ResultPtr res(PQexec(conn, "COMMIT"));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK) return MapError(conn, res.get(), "COMMIT");
+  if (st != PGRES_COMMAND_OK) return Failed(conn, res.get(), "COMMIT", fault);
   if (std::strcmp(PQcmdStatus(res.get()), "COMMIT") != 0) {
+    *fault = slot::PgFault::kServerState;
     return InternalError(
         "COMMIT rolled back: the transaction was aborted by an earlier error that the handler "
         "did not return");
@@ -85,16 +73,12 @@ void Rollback(PGconn* conn) {
 }
 
 Result<PGconn*> Connect(const std::string& conninfo) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
-  if (conn == nullptr) return UnavailableError("connect to PostgreSQL: out of memory");
-  if (PQstatus(conn) != CONNECTION_OK) {
-    Status st = UnavailableError("connect to PostgreSQL: " + Trim(PQerrorMessage(conn)));
-    PQfinish(conn);
-    return st;
-  }
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
+                            slot::ConnectPg(conninfo, "false", "inbox: connect to PostgreSQL"));
   // NOTICEs ("relation already exists, skipping") are not errors; keep them off stderr.
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
-  return conn;
+  PQsetNoticeProcessor(
+      conn.get(), [](void*, const char*) {}, nullptr);
+  return conn.release();
 }
 
 }  // namespace walrelay::inbox::pg

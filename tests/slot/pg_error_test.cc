@@ -56,5 +56,52 @@ TEST(PgErrorTest, SessionOptionsKeepTheUsersOptionsAndAddOursLast) {
             StatusCode::kInvalidArgument);
 }
 
+// The one table: what the relay sees (the code) and what the inbox acts on (the fault).
+TEST(PgErrorTest, SqlStateTableClassesCodeAndFault) {
+  struct Case {
+    const char* sqlstate;
+    StatusCode code;
+    PgFault fault;
+  };
+  const Case cases[] = {
+      {"40001", StatusCode::kUnavailable, PgFault::kTransient},
+      {"40P01", StatusCode::kUnavailable, PgFault::kTransient},
+      {"08006", StatusCode::kUnavailable, PgFault::kTransient},
+      {"57014", StatusCode::kUnavailable, PgFault::kTransient},
+      {"53100", StatusCode::kUnavailable, PgFault::kTransient},
+      {"XX000", StatusCode::kUnavailable, PgFault::kTransient},
+      {"", StatusCode::kUnavailable, PgFault::kTransient},
+      {"55P03", StatusCode::kFailedPrecondition, PgFault::kTransient},
+      {"55006", StatusCode::kFailedPrecondition, PgFault::kTransient},
+      {"53400", StatusCode::kResourceExhausted, PgFault::kServerState},
+      {"22021", StatusCode::kInvalidArgument, PgFault::kData},
+      {"22P05", StatusCode::kInvalidArgument, PgFault::kData},
+      {"23505", StatusCode::kFailedPrecondition, PgFault::kData},
+      {"54000", StatusCode::kResourceExhausted, PgFault::kData},
+      {"42P01", StatusCode::kInvalidArgument, PgFault::kStatement},
+      {"42601", StatusCode::kInvalidArgument, PgFault::kStatement},
+      {"42501", StatusCode::kPermissionDenied, PgFault::kStatement},
+      {"42704", StatusCode::kNotFound, PgFault::kStatement},
+      {"0A000", StatusCode::kFailedPrecondition, PgFault::kStatement},
+      {"P0001", StatusCode::kFailedPrecondition, PgFault::kServerState},
+      {"25P02", StatusCode::kFailedPrecondition, PgFault::kServerState},
+  };
+  for (const Case& c : cases) {
+    const SqlStateRule& rule = ClassifySqlState(c.sqlstate);
+    EXPECT_EQ(rule.code, c.code) << c.sqlstate;
+    EXPECT_EQ(rule.fault, c.fault) << c.sqlstate;
+    // MapPgError and the table never disagree on the code.
+    EXPECT_EQ(MapPgError(c.sqlstate, "m", "r", "ctx").code(), c.code) << c.sqlstate;
+  }
+  for (const SqlStateRule& rule : SqlStateTable()) {
+    EXPECT_EQ(MapPgError(rule.sqlstate.size() == 2 ? std::string(rule.sqlstate) + "000"
+                                                   : std::string(rule.sqlstate),
+                         "m", "r", "ctx")
+                  .code(),
+              rule.code)
+        << rule.sqlstate;
+  }
+}
+
 }  // namespace
 }  // namespace walrelay::slot
