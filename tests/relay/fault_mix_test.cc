@@ -18,6 +18,7 @@
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/piped_child.h"
+#include "tests/support/slot_wait.h"
 #include "tests/support/subprocess.h"
 
 namespace walrelay::relay {
@@ -69,35 +70,8 @@ class FaultMixTest : public ::testing::Test {
         log_);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     relay_.emplace(std::move(*p));
-    // Streaming once the slot is active for a new walsender (events written before the
-    // slot exists are not in its stream; a killed relay's walsender may linger a moment).
-    for (int i = 0; i < 1000; ++i) {
-      auto pid = pg_->QueryScalar(
-          "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'walrelay' AND active");
-      if (pid.ok() && !pid->empty() && *pid != walsender_pid_) {
-        walsender_pid_ = *pid;
-        return;
-      }
-      ASSERT_TRUE(relay_->running()) << relay_->LogTail();
-      std::this_thread::sleep_for(20ms);
-    }
-    FAIL() << "relay did not start streaming\n" << relay_->LogTail();
-  }
-
-  Lsn Scalar(const std::string& sql) {
-    auto v = pg_->QueryScalar(sql);
-    return v.ok() ? Lsn::Parse(*v).value_or(Lsn()) : Lsn();
-  }
-  bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
-    const Lsn target = Scalar("SELECT pg_current_wal_insert_lsn()");
-    for (auto until = std::chrono::steady_clock::now() + timeout;
-         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(100ms)) {
-      if (Scalar("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = "
-                 "'walrelay'") >= target) {
-        return true;
-      }
-    }
-    return false;
+    // Events written before the slot exists are not in its stream: wait until it streams.
+    ASSERT_EQ(testing::WaitForNewWalsender(*pg_, *relay_, &walsender_pid_), "");
   }
 
   // The valid events: kTransactions transactions of kRowsPerTransaction rows through the
@@ -168,7 +142,7 @@ TEST_F(FaultMixTest, EveryValidEventArrivesInOrderAndEveryPoisonIsDeadLettered) 
   ASSERT_EQ(relay_->Wait(10s), 128 + SIGKILL);
   StartRelay();
   writer.join();
-  ASSERT_TRUE(WaitConfirmedPastCurrent(180s)) << relay_->LogTail();
+  ASSERT_TRUE(testing::WaitConfirmedPastCurrent(*pg_, 180s)) << relay_->LogTail();
 
   // Every valid event once or more, in commit order per aggregate after dropping repeats.
   std::set<std::string> ids;

@@ -19,6 +19,7 @@
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/slot_wait.h"
 
 namespace walrelay::relay {
 
@@ -93,26 +94,11 @@ class RelayTest : public ::testing::Test {
     return ids;
   }
 
-  Lsn ConfirmedFlush() {
-    auto v = pg_->QueryScalar(
-        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay'");
-    if (!v.ok()) return Lsn();
-    return Lsn::Parse(*v).value_or(Lsn());
-  }
+  Lsn ConfirmedFlush() { return testing::ConfirmedFlush(*pg_); }
 
-  // Waits until the slot's confirmed_flush_lsn reaches the server's current WAL insert
-  // position as of the call (insert, not write: TestCluster commits asynchronously, so the
-  // write position can still be before the last commit).
+  // Waits until confirmed_flush_lsn reaches the WAL insert position as of the call.
   bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
-    auto cur = pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()");
-    if (!cur.ok()) return false;
-    Lsn target = *Lsn::Parse(*cur);
-    for (auto until = std::chrono::steady_clock::now() + timeout;
-         std::chrono::steady_clock::now() < until;
-         std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
-      if (ConfirmedFlush() >= target) return true;
-    }
-    return false;
+    return testing::WaitConfirmedPastCurrent(*pg_, timeout);
   }
 
   std::unique_ptr<testing::TestCluster> pg_;

@@ -16,6 +16,7 @@
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/slot_wait.h"
 #include "tests/support/subprocess.h"
 
 namespace walrelay::relay {
@@ -56,37 +57,14 @@ class RelayProcessTest : public ::testing::Test {
         log_);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     relay_.emplace(std::move(*p));
-    // Streaming once the slot is active (a killed predecessor's walsender may linger a bit:
-    // the new relay retries until the slot is free).
-    for (int i = 0; i < 500; ++i) {
-      auto pid = pg_->QueryScalar(
-          "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'walrelay' AND active");
-      if (pid.ok() && !pid->empty() && *pid != last_walsender_pid_) {
-        last_walsender_pid_ = *pid;
-        return;
-      }
-      ASSERT_TRUE(relay_->running()) << relay_->LogTail();
-      std::this_thread::sleep_for(20ms);
-    }
-    FAIL() << "relay did not start streaming\n" << relay_->LogTail();
+    const std::string not_streaming =
+        testing::WaitForNewWalsender(*pg_, *relay_, &last_walsender_pid_);
+    ASSERT_EQ(not_streaming, "");
   }
 
-  Lsn Scalar(const std::string& sql) {
-    auto v = pg_->QueryScalar(sql);
-    return v.ok() ? Lsn::Parse(*v).value_or(Lsn()) : Lsn();
-  }
-  Lsn ConfirmedFlush() {
-    return Scalar(
-        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = "
-        "'walrelay'");
-  }
+  Lsn ConfirmedFlush() { return testing::ConfirmedFlush(*pg_); }
   bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {
-    Lsn target = Scalar("SELECT pg_current_wal_insert_lsn()");
-    for (auto until = std::chrono::steady_clock::now() + timeout;
-         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(50ms)) {
-      if (ConfirmedFlush() >= target) return true;
-    }
-    return false;
+    return testing::WaitConfirmedPastCurrent(*pg_, timeout);
   }
 
   // Reads the topic until every one of `expected` distinct event ids was seen.
