@@ -45,11 +45,10 @@ Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
       ": republish by hand (docs/operations.md, lost slot), then delete the slot's rows from "
       "the progress table and restart";
   if (xmin == 0 || xmax == 0) {
-    return FailedPreconditionError("recovery: cannot read the recorded bound '" + bound.snapshot +
-                                   "'" + fix);
+    return DataLossError("recovery: cannot read the recorded bound '" + bound.snapshot + "'" + fix);
   }
   if (xmax < xmin) {
-    return FailedPreconditionError(
+    return DataLossError(
         "recovery: the recorded bound (snapshot " + bound.snapshot +
         ") is ahead of the server's transactions (next xid " + std::to_string(xmax) +
         "): the database was restored or replaced under the progress table, so the bound says "
@@ -57,7 +56,7 @@ Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
         fix);
   }
   if (xmax - xmin >= kMaxSpan) {
-    return FailedPreconditionError(
+    return DataLossError(
         "recovery: the recorded bound (snapshot " + bound.snapshot + ") is " +
         std::to_string(xmax - xmin) +
         " transactions old, too old to tell the outbox rows after it by their 32-bit xmin "
@@ -153,8 +152,8 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
     WALRELAY_ASSIGN_OR_RETURN(
         slot::PgResultPtr r,
         slot::ExecPg(conn.get(),
-                     "SELECT count(*) FROM " + QuoteQualifiedName(table) + " WHERE " + where,
-                     {}, "recovery: counting the rows of " + table));
+                     "SELECT count(*) FROM " + QuoteQualifiedName(table) + " WHERE " + where, {},
+                     "recovery: counting the rows of " + table));
     WALRELAY_ASSIGN_OR_RETURN(uint64_t n, ParseUint(PQgetvalue(r.get(), 0, 0), "a count"));
     result.expected += n;
     spdlog::warn(

@@ -248,15 +248,17 @@ Status Relay::Session::Start() {
 Status Relay::Session::Recover(const std::string& conninfo, const Progress& progress, bool missing,
                                bool lost) {
   const std::string state = missing ? "gone" : (lost ? "lost" : "being recovered");
+  // Refusals below are kDataLoss: no session can fix them, so Run() ends with the fix
+  // instead of retrying (like a lost slot without any progress, in Start()).
   if (!config_.recovery_enabled) {
-    return FailedPreconditionError(
+    return DataLossError(
         "replication slot " + config_.slot + " is " + state +
         " and --recovery-enabled is false: events after the recorded progress may be "
         "undelivered. Enable recovery, or drop the progress rows of this slot in " +
         config_.progress_table + " to start fresh knowingly");
   }
   if (!progress.bound) {
-    return FailedPreconditionError(
+    return DataLossError(
         "replication slot " + config_.slot + " is " + state + ", but " + config_.progress_table +
         " records no snapshot bound for it (its rows were written by a walrelay version that "
         "recorded outbox ids, which cannot bound a recovery soundly, or the relay never "

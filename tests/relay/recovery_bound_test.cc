@@ -26,16 +26,16 @@ TEST(CheckBoundTest, RefusesABoundTooOldForThirtyTwoBitXids) {
   const uint64_t xmin = 1000;
   EXPECT_TRUE(CheckBound({"1000:1000:", Lsn()}, xmin + (uint64_t{1} << 31) - 1).ok());
   auto st = CheckBound({"1000:1000:", Lsn()}, xmin + (uint64_t{1} << 31)).status();
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("too old"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("republish by hand"), std::string::npos) << st.message();
 }
 
 TEST(CheckBoundTest, RefusesABoundAheadOfTheServer) {
   auto st = CheckBound({"5000:5000:", Lsn()}, 4000).status();
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("restored or replaced"), std::string::npos) << st.message();
-  EXPECT_EQ(CheckBound({"garbage", Lsn()}, 4000).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckBound({"garbage", Lsn()}, 4000).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(RecoveryPredicateTest, ComparesXminModuloTwoToThe32WithinTheSpan) {
