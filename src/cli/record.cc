@@ -109,7 +109,7 @@ int RecordCommand::Run() const {
   if (!admin.ok()) return fail(admin.status().ToString(), 1);
   auto settings = (*admin)->GetServerSettings();
   if (!settings.ok()) return fail(settings.status().ToString(), 1);
-  auto conn = slot::ReplicationConnection::Connect(dsn_ + " replication=database");
+  auto conn = slot::ReplicationConnection::Connect(dsn_);
   if (!conn.ok()) return fail(conn.status().ToString(), 1);
   slot::ReplicationConnection& c = **conn;
   auto timeout = c.WalSenderTimeout();

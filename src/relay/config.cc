@@ -6,15 +6,30 @@
 namespace walrelay::relay {
 
 std::string RelayConfig::SourceConninfo() const {
+  if (source_password.empty()) return source_dsn;
   std::string conninfo = source_dsn;
-  if (!source_password.empty()) {
-    conninfo += " password='";
-    for (char ch : source_password) {
-      if (ch == '\'' || ch == '\\') conninfo += '\\';
-      conninfo += ch;
+  if (source_dsn.starts_with("postgresql://") || source_dsn.starts_with("postgres://")) {
+    // A URI takes the password as a percent-encoded query parameter.
+    conninfo += source_dsn.find('?') == std::string::npos ? "?password=" : "&password=";
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (unsigned char ch : source_password) {
+      if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+        conninfo += static_cast<char>(ch);
+      } else {
+        conninfo += '%';
+        conninfo += kHex[ch >> 4];
+        conninfo += kHex[ch & 15];
+      }
     }
-    conninfo += "'";
+    return conninfo;
   }
+  conninfo += " password='";
+  for (char ch : source_password) {
+    if (ch == '\'' || ch == '\\') conninfo += '\\';
+    conninfo += ch;
+  }
+  conninfo += "'";
   return conninfo;
 }
 

@@ -93,8 +93,9 @@ struct RelayConfig {
 
   Status Validate() const;
 
-  // source_dsn with source_password appended (keyword/value form), for libpq. Never log
-  // it (see cli::RedactConninfo).
+  // source_dsn with source_password added in the DSN's own form (a keyword for keyword/value
+  // strings, a percent-encoded query parameter for postgresql:// URIs), for libpq. Never
+  // log it (see cli::RedactConninfo).
   std::string SourceConninfo() const;
 };
 

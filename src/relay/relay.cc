@@ -185,8 +185,8 @@ Status Relay::Session::Start() {
   WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(std::move(popts)));
 
   // The replication connection and the slot: existing, new, or recovered.
-  std::string repl = conninfo + " replication=database";
-  WALRELAY_ASSIGN_OR_RETURN(conn_, slot::ReplicationConnection::Connect(repl));
+  // Connect forces replication=database (appending it as text would break a URI DSN).
+  WALRELAY_ASSIGN_OR_RETURN(conn_, slot::ReplicationConnection::Connect(conninfo));
   auto existing = admin_->GetSlot(config_.slot);
   if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
     return existing.status();

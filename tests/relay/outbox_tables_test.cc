@@ -99,5 +99,18 @@ TEST_F(RelayTest, ChangesOfOtherTablesAreCounted) {
       << relay_->RenderMetrics();
 }
 
+// A URI DSN with a password (from --source-password-file or PGPASSWORD): every connection
+// of the relay accepts it. The password used to be appended as a keyword, which made libpq
+// refuse the whole URI, and the replication connection appended "replication=database".
+TEST_F(RelayTest, UriDsnWithAPasswordStreams) {
+  config_.source_dsn =
+      "postgresql://walrelay@127.0.0.1:" + std::to_string(pg_->port()) + "/postgres";
+  config_.source_password = "unused with trust, but it must travel";
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec(InsertEvents("outbox", 0, 10)).ok());
+  EXPECT_EQ(DistinctEventIds(10, 30s).size(), 10u);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+}
+
 }  // namespace
 }  // namespace walrelay::relay
