@@ -45,21 +45,6 @@ std::string Payload(size_t size, int i) {
   return p + "}";
 }
 
-// The documented outbox table: id, event_id, aggregate_type, aggregate_id, topic,
-// event_type, payload, headers, created_at.
-std::string OutboxRelation() {
-  return t::wire::Relation({}, kOid, "public", "outbox", 'd',
-                           {{1, "id", 20, -1},
-                            {0, "event_id", 2950, -1},
-                            {0, "aggregate_type", 25, -1},
-                            {0, "aggregate_id", 25, -1},
-                            {0, "topic", 25, -1},
-                            {0, "event_type", 25, -1},
-                            {0, "payload", 3802, -1},
-                            {0, "headers", 3802, -1},
-                            {0, "created_at", 1184, -1}});
-}
-
 std::string OutboxInsert(int i, size_t payload_size = 300, bool headers = false) {
   char uuid[40];
   std::snprintf(uuid, sizeof uuid, "018f2b6e-7c1a-7d3e-9a4b-%012d", i);
@@ -90,7 +75,7 @@ void BM_MapInsert(benchmark::State& state) {
   OutboxMapper mapper(config);
   pgoutput::Message rel;
   const pgoutput::DecodeOptions opts{1, false, false};
-  const std::string rel_bytes = OutboxRelation();
+  const std::string rel_bytes = t::wire::OutboxRelation(kOid);
   if (!pgoutput::Decode(rel_bytes, opts, &rel).ok()) return state.SkipWithError("relation");
   mapper.OnRelation(std::get<pgoutput::Relation>(rel));
   std::vector<std::string> raw;
@@ -159,7 +144,7 @@ std::string ByType(int type) {
     case 1:
       return t::wire::Commit(0x16B374D848, 0x16B374D900, 700000000000000);
     case 2:
-      return OutboxRelation();
+      return t::wire::OutboxRelation(kOid);
     case 3:
       return OutboxInsert(7);
     case 4:
@@ -231,7 +216,7 @@ Stream MakeStream(int events, int tx_rows) {
   for (int done = 0; done < events;) {
     const uint64_t final_lsn = lsn + static_cast<uint64_t>(tx_rows) * 0x200 + 0x100;
     s.frames.emplace_back(lsn, t::wire::Begin(final_lsn, 780000000000000, ++xid));
-    if (done == 0) s.frames.emplace_back(lsn, OutboxRelation());
+    if (done == 0) s.frames.emplace_back(lsn, t::wire::OutboxRelation(kOid));
     for (int r = 0; r < tx_rows && done < events; ++r, ++done) {
       lsn += 0x200;
       s.frames.emplace_back(lsn, OutboxInsert(done));

@@ -102,7 +102,6 @@ void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
                          : t.schema == relation.namespace_name && t.name == relation.relation_name;
   });
   const OutboxColumns& c = config_.columns;
-  m.id = FindColumn(relation, c.id);
   m.event_id = FindColumn(relation, c.event_id);
   m.aggregate_type = FindColumn(relation, c.aggregate_type);
   m.aggregate_id = FindColumn(relation, c.aggregate_id);
@@ -134,8 +133,7 @@ std::string_view OutboxMapper::TableName(pgoutput::Oid relation_id) const {
 
 void OutboxMapper::Reset(OutboxEvent* out) {
   owned_.clear();
-  out->topic = out->key = out->value = out->event_id = out->event_type = out->aggregate_type =
-      out->id = {};
+  out->topic = out->key = out->value = out->event_id = out->event_type = out->aggregate_type = {};
   out->extra_headers.clear();
 }
 
@@ -178,7 +176,6 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
   };
   const OutboxColumns& c = config_.columns;
   OutboxRow row;
-  row.id = text(m.id, c.id);
   row.event_id = text(m.event_id, c.event_id);
   row.aggregate_type = text(m.aggregate_type, c.aggregate_type);
   row.aggregate_id = text(m.aggregate_id, c.aggregate_id);
@@ -202,7 +199,6 @@ Status OutboxMapper::MapRow(std::string_view table, const OutboxRow& row, Outbox
       first_error = InvalidArgumentError("column " + name + " is NULL");
     }
   };
-  take(row.id, c.id, false, &out->id);
   take(row.event_id, c.event_id, true, &out->event_id);
   take(row.aggregate_id, c.aggregate_id, true, &out->key);
   take(row.event_type, c.event_type, true, &out->event_type);

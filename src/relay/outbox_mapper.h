@@ -49,12 +49,11 @@ namespace walrelay::relay {
 
 // One outbox row's fields as text; nullopt = NULL (or no such column).
 struct OutboxRow {
-  std::optional<std::string_view> id, event_id, aggregate_type, aggregate_id, topic, event_type,
+  std::optional<std::string_view> event_id, aggregate_type, aggregate_id, topic, event_type,
       payload, headers;
 };
 
 struct OutboxEvent {
-  std::string_view id;  // the row's id column (progress for lost-slot recovery)
   std::string_view topic;
   std::string_view key;    // aggregate_id
   std::string_view value;  // payload
@@ -118,7 +117,7 @@ class OutboxMapper {
     bool is_outbox = false;
     std::string missing;  // reason when a required column is absent, else empty
     std::vector<std::string> column_names;
-    int id = -1, event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
+    int event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
         payload = -1, headers = -1;
   };
 

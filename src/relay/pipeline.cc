@@ -143,9 +143,12 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
 
 Status Pipeline::CheckTopic(std::string_view topic, std::string* dead_letter_reason) {
   if (options_.topic_errors == nullptr) return Status::Ok();
-  const auto now = Clock::now();
+  // Per event: a usable topic (recheck = max) costs one lookup, no clock read.
   auto it = topic_checks_.find(topic);
-  if (it == topic_checks_.end() || now >= it->second.recheck) {
+  const bool due = it == topic_checks_.end() || (it->second.recheck != Clock::time_point::max() &&
+                                                 Clock::now() >= it->second.recheck);
+  if (due) {
+    const auto now = Clock::now();
     Status st = sink_.CheckTopic(topic);
     TopicCheck check;
     if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied) {

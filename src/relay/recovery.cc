@@ -189,10 +189,10 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
 
   for (const std::string& table : config.tables) {
     const std::string select =
-        "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.id) + ", " + Column(c.event_id) +
-        ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) + ", " + Column(c.topic) +
-        ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " + Column(c.headers) +
-        " FROM " + QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
+        "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.event_id) + ", " +
+        Column(c.aggregate_type) + ", " + Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
+        Column(c.event_type) + ", " + Column(c.payload) + ", " + Column(c.headers) + " FROM " +
+        QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
         (c.id.empty() ? std::string("ctid") : QuoteIdentifier(c.id));
     WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table));
     while (true) {
@@ -206,8 +206,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
           if (PQgetisnull(rows.get(), i, col)) return std::nullopt;
           return std::string_view(PQgetvalue(rows.get(), i, col), PQgetlength(rows.get(), i, col));
         };
-        OutboxRow row{field(0), field(1), field(2), field(3),
-                      field(4), field(5), field(6), field(7)};
+        OutboxRow row{field(0), field(1), field(2), field(3), field(4), field(5), field(6)};
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
           DeadLetter l;

@@ -88,8 +88,9 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
 
 // The number of transactions between the bound's xmin and `xmax` (the xmax of a current
 // snapshot): the span of xids recovery compares rows against. kDataLoss, with the fix (no
-// session can fix it: Run() ends), when recovery cannot be sound: the bound is 2^31 or more transactions old, or
-// ahead of `xmax` (the database was restored or replaced under the progress table).
+// session can fix it: Run() ends), when recovery cannot be sound: the bound is 2^31 or more
+// transactions old, or ahead of `xmax` (the database was restored or replaced under the progress
+// table).
 Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax);
 
 // The WHERE clause that selects the rows to republish: xmin in [bound_xmin, bound_xmin +

@@ -212,6 +212,21 @@ inline std::string RollbackPrepared(uint64_t prepare_end_lsn, uint64_t rollback_
       .str();
 }
 
+// The documented outbox table's Relation (src/relay/schema.h, OutboxTableDdl): id,
+// event_id, aggregate_type, aggregate_id, topic, event_type, payload, headers, created_at.
+inline std::string OutboxRelation(uint32_t oid) {
+  return Relation({}, oid, "public", "outbox", 'd',
+                  {{1, "id", 20, -1},
+                   {0, "event_id", 2950, -1},
+                   {0, "aggregate_type", 25, -1},
+                   {0, "aggregate_id", 25, -1},
+                   {0, "topic", 25, -1},
+                   {0, "event_type", 25, -1},
+                   {0, "payload", 3802, -1},
+                   {0, "headers", 3802, -1},
+                   {0, "created_at", 1184, -1}});
+}
+
 }  // namespace wire
 
 // A named valid message and the options to decode it with: the table the truncation,

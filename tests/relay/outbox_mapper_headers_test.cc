@@ -11,7 +11,6 @@ namespace {
 
 OutboxRow Row(std::string_view headers) {
   OutboxRow row;
-  row.id = "1";
   row.event_id = "e-1";
   row.aggregate_type = "payment";
   row.aggregate_id = "a";

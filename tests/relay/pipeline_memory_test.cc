@@ -43,24 +43,16 @@ class ScriptedSource : public slot::FrameSource {
     const uint64_t lsn = 0x1000000 + tx * 100;
     switch (step_ < 4 ? step_ : 4 + (step_ - 4) % 2) {
       case 0:
-        data_ = wire::Relation({}, 16384, "public", "outbox", 'd',
-                               {{1, "id", 20, -1},
-                                {0, "event_id", 2950, -1},
-                                {0, "aggregate_type", 25, -1},
-                                {0, "aggregate_id", 25, -1},
-                                {0, "topic", 25, -1},
-                                {0, "event_type", 25, -1},
-                                {0, "payload", 3802, -1},
-                                {0, "headers", 3802, -1}});
+        data_ = wire::OutboxRelation(16384);
         break;
       case 1:
         data_ = wire::Begin(lsn, 0, 700);
         break;
       case 2:
-        data_ =
-            wire::Insert({}, 16384,
-                         {Text("1"), Text("0190a0c4-7d2e-7000-8000-000000000001"), Text("payment"),
-                          Text("agg-1"), Null(), Text("PaymentCaptured"), Text("{}"), Null()});
+        data_ = wire::Insert({}, 16384,
+                             {Text("1"), Text("0190a0c4-7d2e-7000-8000-000000000001"),
+                              Text("payment"), Text("agg-1"), Null(), Text("PaymentCaptured"),
+                              Text("{}"), Null(), Text("2026-12-03 09:00:00+00")});
         break;
       case 3:
         data_ = wire::Commit(lsn, lsn + 10, 0);
