@@ -26,6 +26,8 @@ Status InboxConsumer::Impl::Init() {
   }
   if (opt_.max_db_connections < 1) return InvalidArgumentError("inbox: max_db_connections < 1");
   if (opt_.retention_batch < 1) return InvalidArgumentError("inbox: retention_batch < 1");
+  if (opt_.batch_max_messages < 1) return InvalidArgumentError("inbox: batch_max_messages < 1");
+  if (opt_.batch_max_wait.count() < 0) return InvalidArgumentError("inbox: batch_max_wait < 0");
   if (!handler_) return InvalidArgumentError("inbox: handler required");
   if (opt_.dead_letter_topic.empty()) opt_.dead_letter_topic = opt_.consumer_name + ".dlq";
 
@@ -195,34 +197,44 @@ void InboxConsumer::Impl::StopWorkers(const rd_kafka_topic_partition_list_t* par
 }
 
 void InboxConsumer::Impl::WorkerLoop(PartitionWorker* w) {
+  const size_t max = static_cast<size_t>(opt_.batch_max_messages);
+  std::vector<rd_kafka_message_t*> batch(max);
+  std::vector<rd_kafka_message_t*> good;
+  good.reserve(max);
   while (!w->stop.load()) {
-    rd_kafka_message_t* m = rd_kafka_consume_queue(w->queue, 100);
-    if (m == nullptr) continue;
-    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    // The first message is waited for; the rest of the batch is what is already queued
+    // (or arrives within batch_max_wait): no latency is added when the partition is quiet,
+    // and batches grow by themselves when it is busy.
+    rd_kafka_message_t* first = rd_kafka_consume_queue(w->queue, 100);
+    if (first == nullptr) continue;
+    batch[0] = first;
+    size_t n = 1;
+    if (max > 1) {
+      const ssize_t more = rd_kafka_consume_batch_queue(
+          w->queue, static_cast<int>(opt_.batch_max_wait.count()), batch.data() + 1, max - 1);
+      if (more > 0) n += static_cast<size_t>(more);
+    }
+    good.clear();
+    for (size_t i = 0; i < n; ++i) {
+      rd_kafka_message_t* m = batch[i];
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        good.push_back(m);
+        continue;
+      }
       if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         spdlog::warn("inbox: {} [{}]: {}", w->topic, w->partition, rd_kafka_message_errstr(m));
       }
       rd_kafka_message_destroy(m);
-      continue;
     }
-    Result<Outcome> r = Process(m, w->stop);
-    if (r.ok()) {
-      // Only now, after the database commit, may the offset become committable.
-      rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
-      rd_kafka_topic_partition_list_add(list, w->topic.c_str(), w->partition)->offset =
-          m->offset + 1;
-      rd_kafka_resp_err_t e = rd_kafka_offsets_store(rk_, list);
-      if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        spdlog::warn("inbox: store offset {} [{}] {}: {} (a redelivery will be deduplicated)",
-                     w->topic, w->partition, m->offset, rd_kafka_err2str(e));
-      }
-      rd_kafka_topic_partition_list_destroy(list);
-    }
-    rd_kafka_message_destroy(m);
-    if (!r.ok()) {
-      // kCancelled only when a stop was requested: the message is redelivered later. Any
+    // Items are filled in place and never moved: their views point into themselves.
+    std::vector<Item> items(good.size());
+    for (size_t i = 0; i < good.size(); ++i) Decode(good[i], &items[i]);
+    const Status st = ProcessBatch(items, *w);
+    for (rd_kafka_message_t* m : good) rd_kafka_message_destroy(m);
+    if (!st.ok()) {
+      // kCancelled only when a stop was requested: the messages are redelivered later. Any
       // other error stops the whole consumer (Process decided no message can succeed).
-      if (r.status().code() != StatusCode::kCancelled) Fail(r.status());
+      if (st.code() != StatusCode::kCancelled) Fail(st);
       break;
     }
   }

@@ -56,26 +56,17 @@ std::string HeadersJson(const std::vector<std::pair<std::string_view, std::strin
 Result<Outcome> InboxConsumer::Impl::DeadLetterOnce(const InboxMessage& msg,
                                                     const std::string& reason,
                                                     const std::atomic<bool>& stop, Next* next) {
-  *next = Next::kRetry;
-  WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pool_.Acquire(stop));
-  Lease lease(pool_, c);
-  slot::PgFault fault = slot::PgFault::kTransient;
-  auto fail = [&](Status st, slot::PgFault f) {
-    pg::Rollback(c);
-    *next = FromFault(f);
-    return st;
-  };
-  if (Status st = pg::Command(c, "BEGIN", "inbox: BEGIN", &fault); !st.ok()) return fail(st, fault);
+  Attempt a(pool_, next);
+  WALRELAY_RETURN_IF_ERROR(a.Begin(stop));
   const std::string partition = std::to_string(msg.partition);
   const std::string offset = std::to_string(msg.offset);
   if (!msg.event_id.empty()) {
     // The inbox row records the decision, so a redelivery is a duplicate, not a second
     // dead letter.
     const pg::RawParam params[] = {{opt_.consumer_name}, {msg.event_id}};
-    Result<pg::ResultPtr> ins = pg::Exec(c, kInsertInbox, params, "inbox: insert", &fault);
-    if (!ins.ok()) return fail(ins.status(), fault);
-    if (std::strcmp(PQcmdTuples(ins->get()), "0") == 0) {
-      if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
+    WALRELAY_ASSIGN_OR_RETURN(pg::ResultPtr ins, a.Exec(kInsertInbox, params, "inbox: insert"));
+    if (std::strcmp(PQcmdTuples(ins.get()), "0") == 0) {
+      WALRELAY_RETURN_IF_ERROR(a.Commit());
       return Outcome::kDuplicate;
     }
   } else {
@@ -85,22 +76,20 @@ Result<Outcome> InboxConsumer::Impl::DeadLetterOnce(const InboxMessage& msg,
     const std::string lock_key =
         opt_.consumer_name + "/" + std::string(msg.topic) + "/" + partition + "/" + offset;
     const pg::RawParam lock_params[] = {{lock_key}};
-    Result<pg::ResultPtr> lock =
-        pg::Exec(c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", lock_params,
-                 "inbox: lock dead-letter position", &fault);
-    if (!lock.ok()) return fail(lock.status(), fault);
+    WALRELAY_RETURN_IF_ERROR(a.Exec("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                                    lock_params, "inbox: lock dead-letter position")
+                                 .status());
     const pg::RawParam find_params[] = {{opt_.consumer_name}, {msg.topic},
                                         {partition},          {offset},
                                         {msg.key, true},      {msg.value, true}};
-    Result<pg::ResultPtr> found =
-        pg::Exec(c,
-                 "SELECT 1 FROM inbox_dead_letter WHERE consumer = $1 AND topic = $2 AND "
-                 "\"partition\" = $3 AND \"offset\" = $4 AND key IS NOT DISTINCT FROM $5 AND "
-                 "value IS NOT DISTINCT FROM $6 LIMIT 1",
-                 find_params, "inbox: find dead letter", &fault);
-    if (!found.ok()) return fail(found.status(), fault);
-    if (PQntuples(found->get()) > 0) {
-      if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
+    WALRELAY_ASSIGN_OR_RETURN(
+        pg::ResultPtr found,
+        a.Exec("SELECT 1 FROM inbox_dead_letter WHERE consumer = $1 AND topic = $2 AND "
+               "\"partition\" = $3 AND \"offset\" = $4 AND key IS NOT DISTINCT FROM $5 AND "
+               "value IS NOT DISTINCT FROM $6 LIMIT 1",
+               find_params, "inbox: find dead letter"));
+    if (PQntuples(found.get()) > 0) {
+      WALRELAY_RETURN_IF_ERROR(a.Commit());
       return Outcome::kDuplicate;
     }
   }
@@ -116,19 +105,19 @@ Result<Outcome> InboxConsumer::Impl::DeadLetterOnce(const InboxMessage& msg,
       {headers},
       {reason},
   };
-  Result<pg::ResultPtr> ins = pg::Exec(
-      c,
-      "INSERT INTO inbox_dead_letter (consumer, message_id, topic, \"partition\", \"offset\", "
-      "key, value, headers, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)",
-      params, "inbox: insert dead letter", &fault);
-  if (!ins.ok()) return fail(ins.status(), fault);
+  WALRELAY_RETURN_IF_ERROR(
+      a.Exec("INSERT INTO inbox_dead_letter (consumer, message_id, topic, \"partition\", "
+             "\"offset\", key, value, headers, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+             "$8::jsonb, $9)",
+             params, "inbox: insert dead letter")
+          .status());
   // The topic record is acked before the row commits: a failure in between repeats the
   // topic record (at least once), never loses both.
   if (Status st = ProduceDeadLetter(msg, reason); !st.ok()) {
-    return fail(st, slot::PgFault::kTransient);
+    return a.Fail(st, slot::PgFault::kTransient);
   }
-  if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
-  AfterCommit();
+  WALRELAY_RETURN_IF_ERROR(a.Commit());
+  AfterCommit(1);
   spdlog::warn("inbox: dead-lettered {} [{}] @{} to {}: {}", msg.topic, msg.partition, msg.offset,
                opt_.dead_letter_topic, reason);
   return Outcome::kDeadLettered;

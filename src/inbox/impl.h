@@ -3,7 +3,8 @@
 //   inbox.cc           the API surface: InboxMessage, Transaction, InboxConsumer forwarding
 //   schema.cc          the inbox and dead-letter tables (EnsureSchema)
 //   consumer_group.cc  Init, Run, the rebalance callback and the partition workers
-//   process.cc         one message: dedup + handler in one transaction, retries, outcomes
+//   process.cc         messages in batches (dedup + handlers in one transaction) and the
+//                      one-message path every failure falls back to: retries, outcomes
 //   dead_letter.cc     dead letters: the row (headers as jsonb) and the topic record
 //   event_id.{h,cc}    the event id of a record and its validity as an inbox key
 //   retention.cc       the retention rule, the broker's replay window, the retention task
@@ -16,9 +17,10 @@
 //                  before rd_kafka_assign, so the flag survives re-assignments) and starts
 //                  one worker per partition; on revoke it stops and joins those workers,
 //                  commits the stored offsets synchronously, then unassigns.
-//   workers        rd_kafka_consume_queue on their partition queue, one message at a time:
-//                  dedup + handler in one transaction on a pooled connection, then
-//                  rd_kafka_offsets_store. librdkafka's prefetch limits
+//   workers        rd_kafka_consume_queue on their partition queue: the first message
+//                  waited for, then whatever else is queued (up to batch_max_messages,
+//                  waiting at most batch_max_wait): dedup + handlers in one transaction
+//                  on a pooled connection, then rd_kafka_offsets_store. librdkafka's prefetch limits
 //                  (queued.max.messages.kbytes) bound the memory per partition.
 //   retention      deletes expired inbox rows every retention_interval.
 #pragma once
@@ -28,10 +30,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -39,12 +43,18 @@
 #include "slot/pg_error.h"
 #include "src/inbox/connection_pool.h"
 #include "src/inbox/inbox.h"
+#include "src/inbox/pg.h"
 #include "src/kafka/producer.h"
 
 namespace walrelay::inbox {
 
-// Reads and writes Transaction's record of its last database failure.
+// Reads and writes Transaction's record of its last database failure, and binds it to
+// the attempt's pipeline.
 struct TransactionAccess {
+  static void Bind(Transaction& tx, pg::Pipeline* pipeline, size_t owner) {
+    tx.pipeline_ = pipeline;
+    tx.owner_ = owner;
+  }
   static void Record(Transaction& tx, const Status& st, slot::PgFault fault) {
     tx.last_error_ = st;
     tx.last_fault_ = static_cast<int>(fault);
@@ -72,6 +82,52 @@ enum class Next {
 Next FromFault(slot::PgFault fault);
 
 enum class Outcome { kApplied, kDuplicate, kDeadLettered };
+
+// A consumed record and what the consumer read from it. `msg` (and msg.event_id) view
+// into `m` and `event_id`: an Item is filled in place (Decode) and never moved.
+struct Item {
+  rd_kafka_message_t* m = nullptr;
+  InboxMessage msg;
+  std::string event_id;
+  std::optional<std::string> poison;  // why the record has no usable event id
+};
+
+// Fills `out` from `m` (the event id extracted and validated: event_id.h).
+void Decode(rd_kafka_message_t* m, Item* out);
+
+// One attempt at a message or a batch: a pooled connection inside BEGIN, and the
+// statements of the handlers deferred on it (pg::Pipeline). Fail() rolls back and says
+// through `*next` what happens to the message; the destructor rolls back an attempt that
+// did not commit and returns the connection. Single-threaded.
+class Attempt {
+ public:
+  Attempt(ConnectionPool& pool, Next* next) : pool_(pool), next_(next) { *next = Next::kRetry; }
+  ~Attempt();
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  // Leases a connection and opens the transaction. A failure is already Fail()ed.
+  Status Begin(const std::atomic<bool>& stop);
+  // Runs a statement of the consumer's own (the inbox or dead-letter tables).
+  Result<pg::ResultPtr> Exec(std::string_view sql, std::span<const pg::RawParam> params,
+                             std::string_view context);
+  // Rolls back and returns `st`; `*next` is the shared table's reading of `fault`, or
+  // `next`.
+  Status Fail(Status st, slot::PgFault fault);
+  Status Fail(Status st, Next next);
+  // Waits for the deferred statements, then COMMIT. A failure is already Fail()ed.
+  Status Commit();
+
+  PGconn* conn() const { return conn_; }
+  pg::Pipeline* pipeline() { return pipeline_ ? &*pipeline_ : nullptr; }
+
+ private:
+  ConnectionPool& pool_;
+  Next* next_;
+  PGconn* conn_ = nullptr;
+  std::optional<pg::Pipeline> pipeline_;
+  bool open_ = false;  // inside BEGIN, not yet committed or rolled back
+};
 
 // One assigned partition: its split-off queue and the thread that drains it.
 struct PartitionWorker {
@@ -138,13 +194,29 @@ class InboxConsumer::Impl {
   // Stops and joins the workers of `parts` (all when null).
   void StopWorkers(const rd_kafka_topic_partition_list_t* parts);
   void WorkerLoop(PartitionWorker* w);
-  Result<Outcome> Process(const rd_kafka_message_t* m, const std::atomic<bool>& stop);
-  // One attempt; on failure `*next` says what to do with the message.
-  Result<Outcome> ApplyOnce(const InboxMessage& msg, const std::atomic<bool>& stop, Next* next);
+  // Consumed records of one partition, in offset order, in batches; a batch that fails
+  // anywhere falls back (process.cc). Stores the offset of every record it finished. OK,
+  // kCancelled on a stop, or the error that must stop the consumer.
+  Status ProcessBatch(std::span<Item> items, const PartitionWorker& w);
+  // One attempt at `items` in one transaction; counts them after the commit. On failure
+  // `*blame` is the position of the item the failure is attributed to (nullopt when it is
+  // nobody's in particular: BEGIN, the dedup insert, COMMIT) and `*next` what the
+  // one-message path does with that item.
+  Status ApplyBatch(std::span<Item> items, const std::atomic<bool>& stop,
+                    std::optional<size_t>* blame, Next* next);
+  // The one-message path: retries, dead letters and the stop decision for one record.
+  // `failed` (when not OK) is an attempt already made in a batch, with its verdict
+  // `failed_next`: decided first, exactly as if this path had made it.
+  Status Process(Item& item, const std::atomic<bool>& stop, Status failed = Status::Ok(),
+                 Next failed_next = Next::kRetry);
   Result<Outcome> DeadLetterOnce(const InboxMessage& msg, const std::string& reason,
                                  const std::atomic<bool>& stop, Next* next);
+  // The handler, with exceptions caught (kInternal).
+  Status CallHandler(const InboxMessage& msg, Transaction& tx);
+  void StoreOffset(const PartitionWorker& w, int64_t offset);
   Status ProduceDeadLetter(const InboxMessage& msg, const std::string& reason);
-  void AfterCommit();
+  // After the database COMMIT of `messages` messages (the test failpoint).
+  void AfterCommit(size_t messages);
   void RetentionLoop();
 
   InboxOptions opt_;
@@ -162,7 +234,7 @@ class InboxConsumer::Impl {
   Status dlq_result_;
 
   int64_t failpoint_after_ = 0;  // crash_after_db_commit:N, 0 = off
-  std::atomic<int64_t> commits_{0};
+  std::atomic<int64_t> committed_{0};  // messages whose transaction committed
 
   std::atomic<uint64_t> applied_{0}, duplicates_{0}, dead_lettered_{0}, retries_{0},
       retention_deleted_{0};

@@ -30,7 +30,27 @@ std::vector<pg::RawParam> ToRaw(const std::vector<Param>& params) {
 
 }  // namespace
 
+Status Transaction::WaitDeferred() {
+  if (pipeline_ == nullptr) return Status::Ok();
+  const std::optional<pg::Pipeline::Failure>& f = pipeline_->Drain();
+  if (!f) return Status::Ok();
+  TransactionAccess::Record(*this, f->status, f->fault);
+  return f->status;
+}
+
+Status Transaction::Defer(std::string_view sql, const std::vector<Param>& params) {
+  if (pipeline_ == nullptr) return Exec(sql, params).status();
+  auto raw = ToRaw(params);
+  Status st = pipeline_->Send(sql, raw, owner_);
+  if (!st.ok()) {
+    const auto& f = pipeline_->failure();
+    TransactionAccess::Record(*this, st, f ? f->fault : slot::PgFault::kTransient);
+  }
+  return st;
+}
+
 Result<int64_t> Transaction::Exec(std::string_view sql, const std::vector<Param>& params) {
+  WALRELAY_RETURN_IF_ERROR(WaitDeferred());
   auto raw = ToRaw(params);
   slot::PgFault fault;
   Result<pg::ResultPtr> r = pg::Exec(conn_, sql, raw, "handler statement", &fault);
@@ -45,6 +65,7 @@ Result<int64_t> Transaction::Exec(std::string_view sql, const std::vector<Param>
 
 Result<std::vector<Row>> Transaction::Query(std::string_view sql,
                                             const std::vector<Param>& params) {
+  WALRELAY_RETURN_IF_ERROR(WaitDeferred());
   auto raw = ToRaw(params);
   slot::PgFault fault;
   Result<pg::ResultPtr> r = pg::Exec(conn_, sql, raw, "handler query", &fault);

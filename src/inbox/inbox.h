@@ -70,6 +70,10 @@ typedef struct rd_kafka_s rd_kafka_t;
 
 namespace walrelay::inbox {
 
+namespace pg {
+class Pipeline;
+}  // namespace pg
+
 // The longest event id accepted as an inbox key, in bytes (a btree entry holds ~2.7 kB
 // for consumer and id together).
 inline constexpr size_t kMaxEventIdBytes = 1024;
@@ -110,10 +114,22 @@ class Transaction {
  public:
   explicit Transaction(PGconn* conn) : conn_(conn) {}
 
-  // Runs one statement with $1.. parameters; returns the affected row count.
+  // Runs one statement with $1.. parameters; returns the affected row count. Waits for
+  // every Defer()red statement first (one round trip); a failure of one of those is
+  // returned here.
   Result<int64_t> Exec(std::string_view sql, const std::vector<Param>& params = {});
-  // Runs a query; all rows as text (nullopt for NULL).
+  // Runs a query; all rows as text (nullopt for NULL). Waits for deferred statements
+  // like Exec.
   Result<std::vector<Row>> Query(std::string_view sql, const std::vector<Param>& params = {});
+
+  // Sends one statement without waiting for its result (libpq pipeline mode): for writes
+  // whose row count the handler does not need, and the way to keep up with the relay
+  // (no round trip per statement; a batch of messages shares one). Its result is checked
+  // before the transaction commits; a failure counts exactly as if Exec had returned it
+  // to this message's handler: the shared SQLSTATE table retries, dead-letters or stops
+  // (docs/inbox.md). Returns an error only when the statement cannot be sent. Use it for
+  // statements that return no rows (their answers are read only at the end).
+  Status Defer(std::string_view sql, const std::vector<Param>& params = {});
 
   // The connection, for libpq features not wrapped here. Same rules as above.
   PGconn* connection() const { return conn_; }
@@ -125,7 +141,12 @@ class Transaction {
 
  private:
   friend struct TransactionAccess;
+  // Waits for the deferred statements; their first failure, recorded, or OK.
+  Status WaitDeferred();
+
   PGconn* conn_;
+  pg::Pipeline* pipeline_ = nullptr;  // set by the consumer; null: Defer runs Exec
+  size_t owner_ = 0;                  // this message's position in its batch
   Status last_error_;
   int last_fault_ = 0;  // slot::PgFault of last_error_
 };
@@ -154,6 +175,13 @@ struct InboxOptions {
   // `inbox_dead_letter`.
   std::string dead_letter_topic;
   std::chrono::milliseconds dead_letter_timeout{30'000};
+
+  // Batches (per partition): at most batch_max_messages records share one database
+  // transaction; after the first record, a worker waits at most batch_max_wait for more
+  // (0: takes only what is already queued, so a quiet partition adds no latency). 1 turns
+  // batching off. Batching never changes what is applied: see "Batches" above.
+  int batch_max_messages = 500;
+  std::chrono::milliseconds batch_max_wait{0};
 
   // Transient failures: backoff from initial, doubling, capped at max.
   std::chrono::milliseconds retry_initial_backoff{100};
@@ -208,8 +236,9 @@ class InboxConsumer {
   // worker threads until Run() returns.
   //
   // Test-only failpoint: WALRELAY_INBOX_FAILPOINT=crash_after_db_commit:N (read here, once)
-  // makes the process SIGKILL itself right after its N-th database COMMIT of a message,
-  // before the offset is stored: the crash window between the two commits.
+  // makes the process SIGKILL itself right after the database COMMIT that brings the
+  // number of committed messages to N or past it, before their offsets are stored: the
+  // crash window between the two commits.
   static Result<std::unique_ptr<InboxConsumer>> Create(InboxOptions options, Handler handler);
 
   // Stops and joins everything still running.

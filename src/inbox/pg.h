@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <span>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,52 @@ Status Commit(PGconn* conn, slot::PgFault* fault);
 
 // ROLLBACK, ignoring failures (the connection is then broken and gets replaced).
 void Rollback(PGconn* conn);
+
+// Statements sent without waiting for their results (libpq pipeline mode), on one
+// connection inside an open transaction. Each is tagged with an owner: the position in
+// the batch of the message whose handler sent it, so a failure is blamed on the message
+// that caused it. The connection stays in pipeline mode from the first Send to the next
+// Drain; nothing else may use it in between. Not thread-safe.
+//
+// libpq reads the server's answers while it waits to send (pqSendSome), so a long
+// pipeline cannot deadlock on full socket buffers; Send drains by itself every
+// kMaxPending statements to bound the memory of unread answers.
+class Pipeline {
+ public:
+  static constexpr int kMaxPending = 1000;
+
+  struct Failure {
+    Status status;
+    slot::PgFault fault = slot::PgFault::kTransient;
+    size_t owner = 0;
+  };
+
+  explicit Pipeline(PGconn* conn) : conn_(conn) {}
+  // Drains what is still pending (the results are dropped: the transaction is being
+  // abandoned or has failed).
+  ~Pipeline() { (void)Drain(); }
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Queues `sql`. An error only when it cannot be sent (the connection is gone); a
+  // statement that fails on the server is reported by Drain.
+  Status Send(std::string_view sql, std::span<const RawParam> params, size_t owner);
+
+  // Waits for every queued statement and leaves pipeline mode. Returns the first failure
+  // since the pipeline was created (sticky: a failed transaction stays failed), or
+  // nullopt. After a failure the statements behind it were skipped by the server and
+  // the transaction is aborted: the caller rolls back.
+  const std::optional<Failure>& Drain();
+
+  // The first failure seen so far, without waiting.
+  const std::optional<Failure>& failure() const { return failure_; }
+
+ private:
+  PGconn* conn_;
+  bool active_ = false;
+  std::vector<size_t> owners_;  // owners of the statements whose results are unread
+  std::optional<Failure> failure_;
+};
 
 // Connects (slot::ConnectPg, replication off); NOTICEs are dropped. The caller owns the
 // connection (PQfinish).

@@ -1,5 +1,13 @@
-// One message: the event id, dedup and handler in one transaction, the retry loop, and
-// what each failure leads to (retry, dead letter, stop).
+// Messages in batches: one transaction per batch (the dedup insert of every event id in
+// one statement, the handler per new message in partition order, their deferred
+// statements in one pipeline, one COMMIT), and the one-message path that every failure
+// falls back to: retries, dead letters and the stop decision for the message to blame.
+//
+// A batch never decides the fate of a message. When anything in it fails, the batch is
+// rolled back; the messages before the one to blame are tried again as one batch, and the
+// one to blame goes through the one-message path (a batch of one with retries), where the
+// same rules as for a lone message apply. So batching changes how many transactions run,
+// never what is applied, dead-lettered or retried.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -8,6 +16,7 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <unordered_set>
 
 #include "src/inbox/event_id.h"
 #include "src/inbox/impl.h"
@@ -16,6 +25,32 @@
 namespace walrelay::inbox {
 
 using namespace std::chrono_literals;
+
+namespace {
+
+// The dedup insert of a batch: the ids that were new come back.
+constexpr std::string_view kInsertInboxBatch =
+    "INSERT INTO inbox (consumer, message_id) SELECT $1, unnest($2::text[]) "
+    "ON CONFLICT DO NOTHING RETURNING message_id";
+
+// `ids` as a text[] literal: every element quoted, `"` and `\` escaped (ids are UTF-8
+// without NUL: event_id.h).
+std::string TextArray(std::span<const Item> items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char ch : items[i].event_id) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
+}  // namespace
 
 bool IsPermanent(StatusCode code) {
   return code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ||
@@ -35,9 +70,9 @@ Next FromFault(slot::PgFault fault) {
   return Next::kRetry;
 }
 
-Result<Outcome> InboxConsumer::Impl::Process(const rd_kafka_message_t* m,
-                                             const std::atomic<bool>& stop) {
-  InboxMessage msg;
+void Decode(rd_kafka_message_t* m, Item* out) {
+  out->m = m;
+  InboxMessage& msg = out->msg;
   msg.topic = rd_kafka_topic_name(m->rkt);
   msg.partition = m->partition;
   msg.offset = m->offset;
@@ -58,85 +93,174 @@ Result<Outcome> InboxConsumer::Impl::Process(const rd_kafka_message_t* m,
                                          : std::string_view());
     }
   }
-  std::string event_id;
-  std::optional<std::string> dead_reason;
   if (Result<std::string> id = ExtractEventId(msg); id.ok()) {
-    event_id = std::move(id).value();
+    out->event_id = std::move(id).value();
   } else {
-    dead_reason = id.status().message();
+    out->poison = id.status().message();
   }
-  msg.event_id = event_id;
-
-  auto backoff = opt_.retry_initial_backoff;
-  for (;;) {
-    if (stop.load() || stop_.load()) return CancelledError("stopping");
-    Next next = Next::kRetry;
-    Result<Outcome> r =
-        dead_reason ? DeadLetterOnce(msg, *dead_reason, stop, &next) : ApplyOnce(msg, stop, &next);
-    if (r.ok()) {
-      switch (*r) {
-        case Outcome::kApplied:
-          ++applied_;
-          break;
-        case Outcome::kDuplicate:
-          ++duplicates_;
-          break;
-        case Outcome::kDeadLettered:
-          ++dead_lettered_;
-          break;
-      }
-      return r;
-    }
-    const Status& st = r.status();
-    if (st.code() == StatusCode::kCancelled && (stop.load() || stop_.load())) return st;
-    if (next == Next::kDeadLetter && dead_reason) {
-      // A dead-letter write must always succeed; one that cannot is no fault of this
-      // message alone.
-      next = Next::kStop;
-    }
-    if (next == Next::kStop) {
-      return Status(st.code(), "inbox: " + std::string(msg.topic) + " [" +
-                                   std::to_string(msg.partition) + "] @" +
-                                   std::to_string(msg.offset) + ": " + st.message());
-    }
-    if (next == Next::kDeadLetter) {
-      dead_reason = "handler: " + st.ToString();
-      spdlog::warn("inbox: {} [{}] @{} event {}: permanent failure, dead-lettering: {}", msg.topic,
-                   msg.partition, msg.offset, event_id, st.ToString());
-      continue;
-    }
-    ++retries_;
-    spdlog::warn("inbox: {} [{}] @{} event {}: {}; retrying in {} ms", msg.topic, msg.partition,
-                 msg.offset, event_id, st.ToString(), backoff.count());
-    const auto until = std::chrono::steady_clock::now() + backoff;
-    while (std::chrono::steady_clock::now() < until && !stop.load() && !stop_.load()) {
-      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, 20ms));
-    }
-    backoff = std::min(backoff * 2, opt_.retry_max_backoff);
-  }
+  msg.event_id = out->event_id;
 }
 
-Result<Outcome> InboxConsumer::Impl::ApplyOnce(const InboxMessage& msg,
-                                               const std::atomic<bool>& stop, Next* next) {
-  *next = Next::kRetry;  // connection failures, a stop request
-  WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pool_.Acquire(stop));
-  Lease lease(pool_, c);
+// ---------------------------------------------------------------------------------------
+// Attempt
+
+Attempt::~Attempt() {
+  if (conn_ == nullptr) return;
+  pipeline_.reset();  // drains what is still pending
+  if (open_) pg::Rollback(conn_);
+  pool_.Release(conn_);
+}
+
+Status Attempt::Begin(const std::atomic<bool>& stop) {
+  WALRELAY_ASSIGN_OR_RETURN(conn_, pool_.Acquire(stop));
   slot::PgFault fault = slot::PgFault::kTransient;
-  auto fail = [&](Status st, slot::PgFault f) {
-    pg::Rollback(c);
-    *next = FromFault(f);
-    return st;
-  };
-  if (Status st = pg::Command(c, "BEGIN", "inbox: BEGIN", &fault); !st.ok()) return fail(st, fault);
-  const pg::RawParam params[] = {{opt_.consumer_name}, {msg.event_id}};
-  Result<pg::ResultPtr> ins = pg::Exec(c, kInsertInbox, params, "inbox: insert", &fault);
-  if (!ins.ok()) return fail(ins.status(), fault);
-  if (std::strcmp(PQcmdTuples(ins->get()), "0") == 0) {
-    // Duplicate: nothing else is written; COMMIT ends the (empty) transaction.
-    if (Status st = pg::Commit(c, &fault); !st.ok()) return fail(st, fault);
-    return Outcome::kDuplicate;
+  if (Status st = pg::Command(conn_, "BEGIN", "inbox: BEGIN", &fault); !st.ok()) {
+    return Fail(st, fault);
   }
-  Transaction tx(c);
+  open_ = true;
+  pipeline_.emplace(conn_);
+  return Status::Ok();
+}
+
+Result<pg::ResultPtr> Attempt::Exec(std::string_view sql, std::span<const pg::RawParam> params,
+                                    std::string_view context) {
+  slot::PgFault fault = slot::PgFault::kTransient;
+  Result<pg::ResultPtr> r = pg::Exec(conn_, sql, params, context, &fault);
+  if (!r.ok()) return Fail(r.status(), fault);
+  return r;
+}
+
+Status Attempt::Fail(Status st, slot::PgFault fault) { return Fail(std::move(st), FromFault(fault)); }
+
+Status Attempt::Fail(Status st, Next next) {
+  if (pipeline_) pipeline_->Drain();
+  if (open_) pg::Rollback(conn_);
+  open_ = false;
+  *next_ = next;
+  return st;
+}
+
+Status Attempt::Commit() {
+  if (pipeline_) {
+    if (const auto& f = pipeline_->Drain()) return Fail(f->status, f->fault);
+  }
+  slot::PgFault fault = slot::PgFault::kTransient;
+  Status st = pg::Commit(conn_, &fault);
+  open_ = false;  // committed, or the server ended the transaction, or the connection is gone
+  if (!st.ok()) return Fail(st, fault);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// Batches
+
+Status InboxConsumer::Impl::ProcessBatch(std::span<Item> items, const PartitionWorker& w) {
+  size_t i = 0;
+  size_t end = items.size();
+  while (i < items.size()) {
+    if (w.stop.load() || stop_.load()) return CancelledError("stopping");
+    // A record without a usable event id ends the batch in front of it: it goes alone.
+    size_t cut = i;
+    while (cut < end && !items[cut].poison) ++cut;
+    Status failed;  // a failure of items[i]'s own, and its verdict
+    Next next = Next::kRetry;
+    if (cut > i) {
+      std::optional<size_t> blame;
+      Status st = ApplyBatch(items.subspan(i, cut - i), w.stop, &blame, &next);
+      if (st.ok()) {
+        StoreOffset(w, items[cut - 1].msg.offset);
+        i = cut;
+        end = items.size();
+        continue;
+      }
+      if (blame && *blame > 0) {
+        // The messages before the one to blame, again as one batch.
+        spdlog::debug("inbox: {} [{}] batch of {} failed at @{}: {}; retrying the {} before it",
+                      w.topic, w.partition, cut - i, items[i + *blame].msg.offset, st.ToString(),
+                      *blame);
+        end = i + *blame;
+        continue;
+      }
+      if (blame) failed = st;  // items[i]'s handler failed: that attempt counts
+    }
+    // items[i] alone: the one-message path decides (retries, dead letter, stop).
+    WALRELAY_RETURN_IF_ERROR(Process(items[i], w.stop, failed, next));
+    StoreOffset(w, items[i].msg.offset);
+    ++i;
+    end = items.size();
+  }
+  return Status::Ok();
+}
+
+Status InboxConsumer::Impl::ApplyBatch(std::span<Item> items, const std::atomic<bool>& stop,
+                                       std::optional<size_t>* blame, Next* next) {
+  *blame = std::nullopt;  // failures before any handler ran are nobody's in particular
+  Attempt a(pool_, next);
+  WALRELAY_RETURN_IF_ERROR(a.Begin(stop));
+  const std::string ids = TextArray(items);
+  const pg::RawParam params[] = {{opt_.consumer_name}, {ids}};
+  WALRELAY_ASSIGN_OR_RETURN(pg::ResultPtr ins, a.Exec(kInsertInboxBatch, params, "inbox: insert"));
+  std::unordered_set<std::string_view> fresh;
+  fresh.reserve(static_cast<size_t>(PQntuples(ins.get())));
+  for (int r = 0; r < PQntuples(ins.get()); ++r) {
+    fresh.emplace(PQgetvalue(ins.get(), r, 0), static_cast<size_t>(PQgetlength(ins.get(), r, 0)));
+  }
+  uint64_t applied = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    // New when its id came back; the first of equal ids in one batch takes it.
+    if (fresh.erase(items[i].event_id) == 0) continue;
+    Transaction tx(a.conn());
+    TransactionAccess::Bind(tx, a.pipeline(), i);
+    Status st = CallHandler(items[i].msg, tx);
+    const bool aborted = PQstatus(a.conn()) != CONNECTION_OK ||
+                         PQtransactionStatus(a.conn()) == PQTRANS_INERROR;
+    const std::optional<pg::Pipeline::Failure>& deferred = a.pipeline()->failure();
+    if (deferred && deferred->owner < i) {
+      // An earlier message's deferred statement failed (seen when this handler waited).
+      *blame = deferred->owner;
+      return a.Fail(deferred->status, deferred->fault);
+    }
+    *blame = i;
+    if (!st.ok()) {
+      // A database error the handler passed on while its transaction is aborted (or the
+      // connection gone) is decided by the shared table; the handler's own verdict by
+      // its code.
+      if (aborted && !tx.last_database_error().ok()) {
+        return a.Fail(st, TransactionAccess::Fault(tx));
+      }
+      if (PQstatus(a.conn()) != CONNECTION_OK) return a.Fail(st, slot::PgFault::kTransient);
+      if (st.code() == StatusCode::kCancelled && !stop.load() && !stop_.load()) {
+        spdlog::warn(
+            "inbox: {} [{}] @{}: the handler returned CANCELLED but no stop was requested; "
+            "retried like a transient failure",
+            items[i].msg.topic, items[i].msg.partition, items[i].msg.offset);
+      }
+      return a.Fail(st, IsPermanent(st.code()) ? Next::kDeadLetter : Next::kRetry);
+    }
+    if (aborted) {
+      // The handler swallowed a database error: its transaction cannot commit, and that
+      // error decides.
+      Status err = tx.last_database_error().ok()
+                       ? InternalError("the handler returned OK in an aborted transaction")
+                       : tx.last_database_error();
+      return a.Fail(err, TransactionAccess::Fault(tx));
+    }
+    ++applied;
+  }
+  // The deferred statements of every handler, then one COMMIT.
+  if (const auto& f = a.pipeline()->Drain()) {
+    *blame = f->owner;
+    return a.Fail(f->status, f->fault);
+  }
+  *blame = std::nullopt;
+  WALRELAY_RETURN_IF_ERROR(a.Commit());
+  applied_ += applied;
+  duplicates_ += items.size() - applied;
+  AfterCommit(items.size());
+  return Status::Ok();
+}
+
+Status InboxConsumer::Impl::CallHandler(const InboxMessage& msg, Transaction& tx) {
   Status st;
   try {
     st = handler_(msg, tx);
@@ -145,37 +269,80 @@ Result<Outcome> InboxConsumer::Impl::ApplyOnce(const InboxMessage& msg,
   } catch (...) {
     st = InternalError("handler threw");
   }
-  // A database error that the handler returned without recovering from it (the
-  // transaction is aborted, or the connection gone) is decided by the shared table; the
-  // handler's own verdict by its code.
-  const bool db_failed = PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) == PQTRANS_INERROR;
-  const bool db_decides = db_failed && !tx.last_database_error().ok();
-  if (!st.ok()) {
-    if (db_decides) return fail(st, TransactionAccess::Fault(tx));
-    if (PQstatus(c) != CONNECTION_OK) return fail(st, slot::PgFault::kTransient);
-    pg::Rollback(c);
-    *next = IsPermanent(st.code()) ? Next::kDeadLetter : Next::kRetry;
-    if (st.code() == StatusCode::kCancelled && !stop.load() && !stop_.load()) {
-      spdlog::warn(
-          "inbox: {} [{}] @{}: the handler returned CANCELLED but no stop was "
-          "requested; retried like a transient failure",
-          msg.topic, msg.partition, msg.offset);
-    }
-    return st;
-  }
-  if (Status cs = pg::Commit(c, &fault); !cs.ok()) {
-    // COMMIT answered ROLLBACK: the handler swallowed a database error; that error decides.
-    return fail(cs, db_decides ? TransactionAccess::Fault(tx) : fault);
-  }
-  AfterCommit();
-  return Outcome::kApplied;
+  return st;
 }
 
-void InboxConsumer::Impl::AfterCommit() {
-  const int64_t n = ++commits_;
-  if (failpoint_after_ > 0 && n == failpoint_after_) {
+// ---------------------------------------------------------------------------------------
+// The one-message path
+
+Status InboxConsumer::Impl::Process(Item& item, const std::atomic<bool>& stop, Status failed,
+                                    Next failed_next) {
+  const InboxMessage& msg = item.msg;
+  std::optional<std::string> dead_reason = item.poison;
+  auto backoff = opt_.retry_initial_backoff;
+  for (;;) {
+    if (stop.load() || stop_.load()) return CancelledError("stopping");
+    Next next = failed_next;
+    Status st = std::exchange(failed, Status::Ok());
+    if (!st.ok()) {
+      // The attempt the batch made: decided below like any other.
+    } else if (dead_reason) {
+      Result<Outcome> r = DeadLetterOnce(msg, *dead_reason, stop, &next);
+      if (r.ok()) {
+        ++(*r == Outcome::kDuplicate ? duplicates_ : dead_lettered_);
+        return Status::Ok();
+      }
+      st = r.status();
+      // A dead-letter write must always succeed; one that cannot is no fault of this
+      // message alone.
+      if (next == Next::kDeadLetter) next = Next::kStop;
+    } else {
+      std::optional<size_t> blame;
+      st = ApplyBatch(std::span<Item>(&item, 1), stop, &blame, &next);
+      if (st.ok()) return st;
+    }
+    if (st.code() == StatusCode::kCancelled && (stop.load() || stop_.load())) return st;
+    if (next == Next::kStop) {
+      return Status(st.code(), "inbox: " + std::string(msg.topic) + " [" +
+                                   std::to_string(msg.partition) + "] @" +
+                                   std::to_string(msg.offset) + ": " + st.message());
+    }
+    if (next == Next::kDeadLetter) {
+      dead_reason = "handler: " + st.ToString();
+      spdlog::warn("inbox: {} [{}] @{} event {}: permanent failure, dead-lettering: {}", msg.topic,
+                   msg.partition, msg.offset, item.event_id, st.ToString());
+      continue;
+    }
+    ++retries_;
+    spdlog::warn("inbox: {} [{}] @{} event {}: {}; retrying in {} ms", msg.topic, msg.partition,
+                 msg.offset, item.event_id, st.ToString(), backoff.count());
+    const auto until = std::chrono::steady_clock::now() + backoff;
+    while (std::chrono::steady_clock::now() < until && !stop.load() && !stop_.load()) {
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, 20ms));
+    }
+    backoff = std::min(backoff * 2, opt_.retry_max_backoff);
+  }
+}
+
+void InboxConsumer::Impl::StoreOffset(const PartitionWorker& w, int64_t offset) {
+  // Only now, after the database commit, may the offset become committable.
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(list, w.topic.c_str(), w.partition)->offset = offset + 1;
+  rd_kafka_resp_err_t e = rd_kafka_offsets_store(rk_, list);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    spdlog::warn("inbox: store offset {} [{}] {}: {} (a redelivery will be deduplicated)", w.topic,
+                 w.partition, offset, rd_kafka_err2str(e));
+  }
+  rd_kafka_topic_partition_list_destroy(list);
+}
+
+void InboxConsumer::Impl::AfterCommit(size_t messages) {
+  const int64_t n = committed_ += static_cast<int64_t>(messages);
+  if (failpoint_after_ > 0 && n >= failpoint_after_ &&
+      n - static_cast<int64_t>(messages) < failpoint_after_) {
     // TEST ONLY: die between the database commit and the offset store/commit.
-    spdlog::warn("inbox: failpoint crash_after_db_commit:{} reached, SIGKILL", n);
+    spdlog::warn("inbox: failpoint crash_after_db_commit:{} reached ({} messages committed), SIGKILL",
+                 failpoint_after_, n);
     spdlog::default_logger()->flush();
     kill(getpid(), SIGKILL);
     _exit(137);

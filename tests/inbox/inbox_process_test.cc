@@ -204,7 +204,10 @@ TEST_F(InboxProcessTest, CrashBetweenDbCommitAndOffsetCommitIsAbsorbed) {
   constexpr int kEvents = 1000;
   auto expected = ProducePayments(kEvents, 1);
   {
-    Ledger crashing(Args("group"), {"WALRELAY_INBOX_FAILPOINT=crash_after_db_commit:400"});
+    // Small batches: the crash lands after 400 messages committed, long before 1000.
+    std::vector<std::string> args = Args("group");
+    args.insert(args.end(), {"--batch-max-messages", "20"});
+    Ledger crashing(args, {"WALRELAY_INBOX_FAILPOINT=crash_after_db_commit:400"});
     ASSERT_TRUE(crashing.started());
     const int status = crashing.Wait(120s);
     ASSERT_NE(status, -1) << "the failpoint did not fire";

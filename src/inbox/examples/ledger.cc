@@ -53,17 +53,15 @@ Status CreditWallet(const InboxMessage& message, Transaction& tx) {
   std::optional<std::string> seq;
   int64_t seq_value = 0;
   if (payload["seq"].get(seq_value) == simdjson::SUCCESS) seq = std::to_string(seq_value);
-  WALRELAY_ASSIGN_OR_RETURN(
-      int64_t n, tx.Exec("INSERT INTO wallet (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO "
-                         "UPDATE SET balance = wallet.balance + EXCLUDED.balance",
-                         {wallet, amount}));
-  (void)n;
-  WALRELAY_ASSIGN_OR_RETURN(
-      int64_t m,
-      tx.Exec("INSERT INTO wallet_credit (event_id, wallet, amount, seq) VALUES ($1, $2, $3, $4)",
-              {message.event_id, wallet, amount, seq ? Param(*seq) : Param(std::nullopt)}));
-  (void)m;
-  return Status::Ok();
+  // Neither row count is needed: deferred, so a batch of messages costs one round trip
+  // (their failures still count as this message's, see Transaction::Defer).
+  WALRELAY_RETURN_IF_ERROR(
+      tx.Defer("INSERT INTO wallet (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO "
+               "UPDATE SET balance = wallet.balance + EXCLUDED.balance",
+               {wallet, amount}));
+  return tx.Defer(
+      "INSERT INTO wallet_credit (event_id, wallet, amount, seq) VALUES ($1, $2, $3, $4)",
+      {message.event_id, wallet, amount, seq ? Param(*seq) : Param(std::nullopt)});
 }
 
 }  // namespace walrelay::inbox::ledger

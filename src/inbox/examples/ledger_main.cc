@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   int64_t retention_ms = opt.inbox_retention.count();
   int64_t replay_ms = 0;
   int64_t stats_ms = 0;
+  int64_t batch_wait_ms = opt.batch_max_wait.count();
   app.add_option("--bootstrap", opt.bootstrap_servers, "Kafka bootstrap servers")->required();
   app.add_option("--group", opt.group_id, "Kafka consumer group")->required();
   app.add_option("--topic", opt.topics, "Topic to consume (repeatable)")->required();
@@ -53,6 +54,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--replay-window-ms", replay_ms,
                  "Topic replay window when the broker does not report retention.ms");
+  app.add_option("--batch-max-messages", opt.batch_max_messages,
+                 "Messages per database transaction, per partition (1: no batching)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-max-wait-ms", batch_wait_ms,
+                 "Wait at most this long for a batch to fill (0: take what is queued)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--property", props, "librdkafka consumer property KEY=VALUE (repeatable)");
   app.add_option("--stats-interval-ms", stats_ms, "Print stats every N ms (0: only at exit)");
   CLI11_PARSE(app, argc, argv);
@@ -66,6 +75,7 @@ int main(int argc, char** argv) {
   }
   opt.inbox_retention = std::chrono::milliseconds(retention_ms);
   opt.replay_window = std::chrono::milliseconds(replay_ms);
+  opt.batch_max_wait = std::chrono::milliseconds(batch_wait_ms);
 
   // Block the stop signals before any thread starts; a watcher thread turns them into Stop().
   sigset_t stop_signals;
