@@ -181,6 +181,7 @@ class InboxConsumer::Impl {
     s.dead_lettered = dead_lettered_.load();
     s.retries = retries_.load();
     s.retention_deleted = retention_deleted_.load();
+    s.transactions = transactions_.load();
     return s;
   }
 
@@ -237,7 +238,7 @@ class InboxConsumer::Impl {
   std::atomic<int64_t> committed_{0};  // messages whose transaction committed
 
   std::atomic<uint64_t> applied_{0}, duplicates_{0}, dead_lettered_{0}, retries_{0},
-      retention_deleted_{0};
+      retention_deleted_{0}, transactions_{0};
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;

@@ -226,6 +226,7 @@ struct InboxStats {
   uint64_t dead_lettered = 0;  // poison or permanent handler error
   uint64_t retries = 0;        // transient failures retried
   uint64_t retention_deleted = 0;
+  uint64_t transactions = 0;   // database transactions that committed messages (a batch is one)
 };
 
 class InboxConsumer {

@@ -157,15 +157,30 @@ Status Attempt::Commit() {
 Status InboxConsumer::Impl::ProcessBatch(std::span<Item> items, const PartitionWorker& w) {
   size_t i = 0;
   size_t end = items.size();
+  // The item a failed batch blamed, with that failure and its verdict: it goes alone once
+  // the items before it are done.
+  constexpr size_t kNobody = static_cast<size_t>(-1);
+  size_t blamed = kNobody;
+  Status blamed_failure;
+  Next blamed_next = Next::kRetry;
   while (i < items.size()) {
     if (w.stop.load() || stop_.load()) return CancelledError("stopping");
+    if (blamed == i) {
+      // Alone, by the one-message path, which decides that failure first (it counts as an
+      // attempt: a retry, a dead letter or a stop).
+      WALRELAY_RETURN_IF_ERROR(Process(items[i], w.stop, blamed_failure, blamed_next));
+      StoreOffset(w, items[i].msg.offset);
+      blamed = kNobody;
+      ++i;
+      end = items.size();
+      continue;
+    }
     // A record without a usable event id ends the batch in front of it: it goes alone.
     size_t cut = i;
     while (cut < end && !items[cut].poison) ++cut;
-    Status failed;  // a failure of items[i]'s own, and its verdict
-    Next next = Next::kRetry;
     if (cut > i) {
       std::optional<size_t> blame;
+      Next next = Next::kRetry;
       Status st = ApplyBatch(items.subspan(i, cut - i), w.stop, &blame, &next);
       if (st.ok()) {
         StoreOffset(w, items[cut - 1].msg.offset);
@@ -173,18 +188,20 @@ Status InboxConsumer::Impl::ProcessBatch(std::span<Item> items, const PartitionW
         end = items.size();
         continue;
       }
-      if (blame && *blame > 0) {
-        // The messages before the one to blame, again as one batch.
-        spdlog::debug("inbox: {} [{}] batch of {} failed at @{}: {}; retrying the {} before it",
-                      w.topic, w.partition, cut - i, items[i + *blame].msg.offset, st.ToString(),
-                      *blame);
+      if (blame) {
+        // The items before the one to blame again as one batch, then that one alone.
+        spdlog::debug("inbox: {} [{}] batch of {} failed at @{}: {}", w.topic, w.partition,
+                      cut - i, items[i + *blame].msg.offset, st.ToString());
+        blamed = i + *blame;
+        blamed_failure = st;
+        blamed_next = next;
         end = i + *blame;
         continue;
       }
-      if (blame) failed = st;  // items[i]'s handler failed: that attempt counts
     }
-    // items[i] alone: the one-message path decides (retries, dead letter, stop).
-    WALRELAY_RETURN_IF_ERROR(Process(items[i], w.stop, failed, next));
+    // A poison record, or a batch that failed before or after its handlers (BEGIN, the
+    // dedup insert, COMMIT): items[i] alone, by the one-message path.
+    WALRELAY_RETURN_IF_ERROR(Process(items[i], w.stop));
     StoreOffset(w, items[i].msg.offset);
     ++i;
     end = items.size();
@@ -337,6 +354,7 @@ void InboxConsumer::Impl::StoreOffset(const PartitionWorker& w, int64_t offset) 
 }
 
 void InboxConsumer::Impl::AfterCommit(size_t messages) {
+  ++transactions_;
   const int64_t n = committed_ += static_cast<int64_t>(messages);
   if (failpoint_after_ > 0 && n >= failpoint_after_ &&
       n - static_cast<int64_t>(messages) < failpoint_after_) {

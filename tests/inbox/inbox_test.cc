@@ -78,6 +78,12 @@ class InboxTest : public ::testing::Test {
 
   std::unique_ptr<TestCluster> pg_;
   std::unique_ptr<kafka::MockCluster> kafka_;
+
+ public:
+  InboxStats RunUntilForTest(InboxOptions options, Handler handler,
+                             const std::function<bool(const InboxStats&)>& done) {
+    return RunUntil(std::move(options), std::move(handler), done);
+  }
 };
 
 // Issue test 1: the same 10k events produced twice → exactly 10k effects, exact balances;
@@ -514,6 +520,116 @@ TEST_F(InboxTest, SchemaErrorInInboxSqlStopsTheConsumer) {
   ExpectSchemaErrorStopsConsumer(this, *pg_, Options("g", "payments"), &ledger::CreditWallet,
                                  "ALTER TABLE inbox RENAME TO inbox_moved", "\"inbox\"");
   EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox_dead_letter"), 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 11: batches. A failure inside a batch (a handler's permanent or transient error, a
+// deferred statement the server refuses, the same event id twice in one batch) neither
+// loses nor re-applies any other message of the batch, keeps partition order, and ends
+// exactly as it ends with batching off.
+void ExpectBatchFailuresAreIsolated(InboxTest* test, TestCluster& pg, kafka::MockCluster& kafka,
+                                    InboxOptions options, bool batched) {
+  constexpr int kEvents = 300;
+  ASSERT_TRUE(kafka.CreateTopic("payments", 1).ok());
+  ASSERT_TRUE(kafka.CreateTopic("ledger.dlq", 1).ok());
+  // evt-150's credit (amount 151) breaks a CHECK: its deferred INSERT fails at the end of
+  // the batch, with SQLSTATE 23514 (a data fault: dead-lettered).
+  ASSERT_TRUE(
+      pg.Exec("ALTER TABLE wallet_credit ADD CONSTRAINT no_151 CHECK (amount <> 151)").ok());
+  std::vector<Event> events;
+  for (int i = 0; i < kEvents; ++i) {
+    events.push_back(Payment(i));
+    if (i == 10) events.push_back(Payment(10));  // the same event twice in one batch
+  }
+  ProduceAll(kafka.bootstraps(), "payments", events);
+  std::mutex mu;
+  std::map<std::string, int> calls;
+  Handler h = [&](const InboxMessage& m, Transaction& tx) -> Status {
+    int call;
+    {
+      std::lock_guard lock(mu);
+      call = ++calls[std::string(m.event_id)];
+    }
+    WALRELAY_RETURN_IF_ERROR(ledger::CreditWallet(m, tx));  // deferred writes first
+    if (m.event_id == "evt-50") return InvalidArgumentError("evt-50 refused");
+    if (m.event_id == "evt-120" && call == 1) return UnavailableError("evt-120 flaky");
+    return Status::Ok();
+  };
+  InboxStats s = test->RunUntilForTest(options, h, [&](const InboxStats& s) {
+    return s.applied + s.dead_lettered + s.duplicates >= kEvents + 1;
+  });
+  EXPECT_EQ(s.applied, static_cast<uint64_t>(kEvents - 2));
+  EXPECT_EQ(s.dead_lettered, 2u);
+  EXPECT_EQ(s.duplicates, 1u);
+  EXPECT_EQ(s.retries, 1u);
+  if (batched) {
+    EXPECT_LT(s.transactions, static_cast<uint64_t>(kEvents / 4)) << "no batching happened";
+  } else {
+    EXPECT_EQ(s.transactions, static_cast<uint64_t>(kEvents + 1));  // one per record
+  }
+  // Exactly the committed order: every event once, in partition order, 50 and 150 missing.
+  std::vector<std::string> expected;
+  for (int i = 0; i < kEvents; ++i) {
+    if (i != 50 && i != 150) expected.push_back("evt-" + std::to_string(i));
+  }
+  auto rows = pg.Query("SELECT event_id FROM wallet_credit ORDER BY applied_order");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<std::string> applied;
+  for (const auto& row : *rows) applied.push_back(*row[0]);
+  EXPECT_EQ(applied, expected);
+  int64_t balance = 0;
+  for (int i = 0; i < kEvents; ++i) {
+    if (i != 50 && i != 150) balance += i + 1;
+  }
+  EXPECT_EQ(QueryInt(pg, "SELECT sum(balance) FROM wallet"), balance);
+  EXPECT_EQ(QueryInt(pg,
+                     "SELECT count(*) FROM inbox_dead_letter WHERE message_id = 'evt-50' AND "
+                     "reason LIKE '%INVALID_ARGUMENT%evt-50 refused%'"),
+            1);
+  EXPECT_EQ(QueryInt(pg,
+                     "SELECT count(*) FROM inbox_dead_letter WHERE message_id = 'evt-150' AND "
+                     "reason LIKE '%no_151%'"),
+            1);
+  EXPECT_EQ(QueryInt(pg, "SELECT count(*) FROM inbox_dead_letter"), 2);
+}
+
+TEST_F(InboxTest, BatchFailuresNeitherLoseNorRepeatOtherMessages) {
+  ExpectBatchFailuresAreIsolated(this, *pg_, *kafka_, Options("g", "payments"), true);
+}
+
+TEST_F(InboxTest, WithoutBatchingTheSameFailuresEndTheSameWay) {
+  InboxOptions o = Options("g", "payments");
+  o.batch_max_messages = 1;
+  ExpectBatchFailuresAreIsolated(this, *pg_, *kafka_, o, false);
+}
+
+// A deferred statement that fails is the failure of the message whose handler sent it,
+// also when a later handler's Exec is where it surfaces: that later message is applied.
+TEST_F(InboxTest, DeferredFailureIsBlamedOnTheMessageThatSentIt) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  ASSERT_TRUE(kafka_->CreateTopic("ledger.dlq", 1).ok());
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE seen (id text PRIMARY KEY CHECK (id <> 'evt-3'))").ok());
+  std::vector<Event> events;
+  for (int i = 0; i < 8; ++i) events.push_back(Payment(i));
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  Handler h = [&](const InboxMessage& m, Transaction& tx) -> Status {
+    WALRELAY_RETURN_IF_ERROR(tx.Defer("INSERT INTO seen VALUES ($1)", {m.event_id}));
+    // evt-3 returns at once; in a batch its failure surfaces in evt-4's Query, which
+    // waits for every deferred statement, this message's and earlier ones.
+    if (m.event_id == "evt-3") return Status::Ok();
+    auto n = tx.Query("SELECT count(*) FROM seen");
+    return n.ok() ? Status::Ok() : n.status();
+  };
+  InboxOptions o = Options("g", "payments");
+  o.batch_max_wait = 1s;  // evt-3 and evt-4 in one batch
+  InboxStats s = RunUntil(o, h, [](const InboxStats& s) { return s.applied + s.dead_lettered >= 8; });
+  EXPECT_EQ(s.applied, 7u);
+  EXPECT_EQ(s.dead_lettered, 1u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM seen"), 7);
+  EXPECT_EQ(QueryInt(*pg_,
+                     "SELECT count(*) FROM inbox_dead_letter WHERE message_id = 'evt-3' AND "
+                     "reason LIKE '%seen_id_check%'"),
+            1);
 }
 
 // A consumer subscribed before the topic exists starts within seconds of its creation.

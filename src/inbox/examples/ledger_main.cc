@@ -5,7 +5,7 @@
 //                   --conninfo 'host=... dbname=...'
 //
 // SIGTERM/SIGINT stop it cleanly (stored offsets committed). With --stats-interval-ms it
-// prints `stats applied=A duplicates=D dead_lettered=L retries=R` lines on stdout, and
+// prints `stats applied=A duplicates=D dead_lettered=L retries=R transactions=T` lines on stdout, and
 // always one such line at exit.
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -23,9 +23,10 @@ namespace {
 
 void PrintStats(const walrelay::inbox::InboxStats& s) {
   std::printf(
-      "stats applied=%llu duplicates=%llu dead_lettered=%llu retries=%llu\n",
+      "stats applied=%llu duplicates=%llu dead_lettered=%llu retries=%llu transactions=%llu\n",
       static_cast<unsigned long long>(s.applied), static_cast<unsigned long long>(s.duplicates),
-      static_cast<unsigned long long>(s.dead_lettered), static_cast<unsigned long long>(s.retries));
+      static_cast<unsigned long long>(s.dead_lettered), static_cast<unsigned long long>(s.retries),
+      static_cast<unsigned long long>(s.transactions));
   std::fflush(stdout);
 }
 
