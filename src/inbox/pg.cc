@@ -1,7 +1,10 @@
 #include "src/inbox/pg.h"
 
+#include <libpq-events.h>
+
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace walrelay::inbox::pg {
@@ -83,22 +86,77 @@ void Rollback(PGconn* conn) {
   ResultPtr res(PQexec(conn, "ROLLBACK"));
 }
 
+namespace {
+
+// The statements a connection has prepared for pipelines: SQL text -> statement name.
+// Lives and dies with its PGconn (a libpq event procedure owns it). Prepared statements
+// are session state, not transactional: one prepared inside a transaction that rolls
+// back stays prepared; one whose Parse the server skipped or refused is forgotten.
+struct StatementCache {
+  static constexpr size_t kMax = 64;  // beyond this, statements are sent unnamed
+  std::unordered_map<std::string, std::string> names;
+  uint64_t next = 0;
+};
+
+int StatementCacheProc(PGEventId id, void* info, void* /*pass_through*/) {
+  if (id == PGEVT_CONNDESTROY || id == PGEVT_CONNRESET) {
+    PGconn* conn = id == PGEVT_CONNDESTROY ? static_cast<PGEventConnDestroy*>(info)->conn
+                                           : static_cast<PGEventConnReset*>(info)->conn;
+    auto* cache = static_cast<StatementCache*>(PQinstanceData(conn, &StatementCacheProc));
+    if (id == PGEVT_CONNDESTROY) {
+      delete cache;
+    } else if (cache != nullptr) {
+      cache->names.clear();  // a reset connection is a new session
+    }
+  }
+  return 1;
+}
+
+StatementCache* Statements(PGconn* conn) {
+  return static_cast<StatementCache*>(PQinstanceData(conn, &StatementCacheProc));
+}
+
+}  // namespace
+
 Status Pipeline::Send(std::string_view sql, std::span<const RawParam> params, size_t owner) {
-  if (static_cast<int>(owners_.size()) >= kMaxPending) (void)Drain();
+  if (static_cast<int>(sent_.size()) >= kMaxPending) (void)Drain();
   if (!active_) {
     if (PQenterPipelineMode(conn_) != 1) {
       return slot::FailureFromResult(conn_, nullptr, "handler: enter pipeline mode").status;
     }
     active_ = true;
   }
-  const Marshalled m(sql, params);
-  if (PQsendQueryParams(conn_, m.query.c_str(), m.count(), nullptr, m.values.data(),
-                        m.lengths.data(), m.formats.data(), 0) != 1) {
-    slot::PgFailure f = slot::FailureFromResult(conn_, nullptr, "handler: send statement");
+  auto refused = [&](std::string_view what) {
+    slot::PgFailure f = slot::FailureFromResult(conn_, nullptr, what);
     if (!failure_) failure_ = Failure{f.status, f.fault, owner};
     return f.status;
+  };
+  const Marshalled m(sql, params);
+  // Prepared once per connection: the server parses and plans a handler's statement once,
+  // not once per message.
+  const std::string* name = nullptr;
+  if (StatementCache* cache = Statements(conn_); cache != nullptr) {
+    if (auto it = cache->names.find(m.query); it != cache->names.end()) {
+      name = &it->second;
+    } else if (cache->names.size() < StatementCache::kMax) {
+      auto [ins, added] =
+          cache->names.emplace(m.query, "walrelay_inbox_" + std::to_string(cache->next++));
+      name = &ins->second;
+      if (PQsendPrepare(conn_, name->c_str(), m.query.c_str(), m.count(), nullptr) != 1) {
+        cache->names.erase(ins);
+        return refused("handler: prepare statement");
+      }
+      sent_.push_back({owner, m.query});
+    }
   }
-  owners_.push_back(owner);
+  const int ok =
+      name != nullptr
+          ? PQsendQueryPrepared(conn_, name->c_str(), m.count(), m.values.data(),
+                                m.lengths.data(), m.formats.data(), 0)
+          : PQsendQueryParams(conn_, m.query.c_str(), m.count(), nullptr, m.values.data(),
+                              m.lengths.data(), m.formats.data(), 0);
+  if (ok != 1) return refused("handler: send statement");
+  sent_.push_back({owner, {}});
   return Status::Ok();
 }
 
@@ -110,28 +168,34 @@ const std::optional<Pipeline::Failure>& Pipeline::Drain() {
     failure_ = Failure{f.status, f.fault, owner};
   };
   if (PQpipelineSync(conn_) != 1) {
-    fail(nullptr, owners_.empty() ? 0 : owners_.front());
+    fail(nullptr, sent_.empty() ? 0 : sent_.front().owner);
   } else {
-    // Per statement: its result, then a null; at the end the sync's result.
+    // Per statement (and per Prepare): its result, then a null; at the end the sync's.
     size_t next = 0;
     for (;;) {
       ResultPtr res(PQgetResult(conn_));
       if (!res) {
         if (PQstatus(conn_) != CONNECTION_OK) {
-          fail(nullptr, next < owners_.size() ? owners_[next] : 0);
+          fail(nullptr, next < sent_.size() ? sent_[next].owner : 0);
           break;
         }
         continue;
       }
       const ExecStatusType st = PQresultStatus(res.get());
       if (st == PGRES_PIPELINE_SYNC) break;
-      const size_t owner = next < owners_.size() ? owners_[next] : owners_.back();
+      if (next < sent_.size()) {
+        const Sent& s = sent_[next];
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !s.prepared.empty()) {
+          // Refused or skipped: the statement does not exist on the server.
+          if (StatementCache* cache = Statements(conn_)) cache->names.erase(s.prepared);
+        }
+        if (st == PGRES_FATAL_ERROR) fail(res.get(), s.owner);
+        // PGRES_PIPELINE_ABORTED: skipped behind an earlier failure, which is recorded.
+      }
       ++next;
-      if (st == PGRES_FATAL_ERROR) fail(res.get(), owner);
-      // PGRES_PIPELINE_ABORTED: skipped behind an earlier failure, which is recorded.
     }
   }
-  owners_.clear();
+  sent_.clear();
   if (PQstatus(conn_) == CONNECTION_OK) PQexitPipelineMode(conn_);
   active_ = false;
   return failure_;
@@ -140,6 +204,8 @@ const std::optional<Pipeline::Failure>& Pipeline::Drain() {
 Result<PGconn*> Connect(const std::string& conninfo) {
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, "false", "inbox: connect to PostgreSQL"));
+  PQregisterEventProc(conn.get(), &StatementCacheProc, "walrelay inbox statements", nullptr);
+  PQsetInstanceData(conn.get(), &StatementCacheProc, new StatementCache);
   // NOTICEs ("relation already exists, skipping") are not errors; keep them off stderr.
   PQsetNoticeProcessor(
       conn.get(), [](void*, const char*) {}, nullptr);

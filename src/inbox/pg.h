@@ -56,7 +56,9 @@ void Rollback(PGconn* conn);
 //
 // libpq reads the server's answers while it waits to send (pqSendSome), so a long
 // pipeline cannot deadlock on full socket buffers; Send drains by itself every
-// kMaxPending statements to bound the memory of unread answers.
+// kMaxPending statements to bound the memory of unread answers. On a connection from
+// Connect(), each distinct statement text is prepared once per connection (up to 64 of
+// them; more are sent unnamed): handlers must not DEALLOCATE or DISCARD ALL.
 class Pipeline {
  public:
   static constexpr int kMaxPending = 1000;
@@ -88,9 +90,15 @@ class Pipeline {
   const std::optional<Failure>& failure() const { return failure_; }
 
  private:
+  // A statement (or the Prepare of one) whose result is unread.
+  struct Sent {
+    size_t owner = 0;
+    std::string prepared;  // for a Prepare: its SQL (forgotten when the Prepare fails)
+  };
+
   PGconn* conn_;
   bool active_ = false;
-  std::vector<size_t> owners_;  // owners of the statements whose results are unread
+  std::vector<Sent> sent_;
   std::optional<Failure> failure_;
 };
 
