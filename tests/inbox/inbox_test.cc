@@ -632,6 +632,32 @@ TEST_F(InboxTest, DeferredFailureIsBlamedOnTheMessageThatSentIt) {
             1);
 }
 
+// Deferred statements are prepared once per connection. A Prepare the server skipped
+// (behind a failed statement in the same pipeline) must be prepared again on next use,
+// not reported as "prepared statement does not exist" for ever after.
+TEST_F(InboxTest, PrepareSkippedBehindAFailedStatementIsPreparedAgain) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  ASSERT_TRUE(kafka_->CreateTopic("ledger.dlq", 1).ok());
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE seen (id text PRIMARY KEY CHECK (id <> 'evt-0'));"
+                        "CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)")
+                  .ok());
+  std::vector<Event> events;
+  for (int i = 0; i < 5; ++i) events.push_back(Payment(i));
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  Handler h = [&](const InboxMessage& m, Transaction& tx) -> Status {
+    WALRELAY_RETURN_IF_ERROR(tx.Defer("INSERT INTO seen VALUES ($1)", {m.event_id}));
+    return tx.Defer("UPDATE counter SET n = n + 1");
+  };
+  InboxOptions o = Options("g", "payments");
+  o.max_db_connections = 1;  // one connection, one statement cache
+  InboxStats s = RunUntil(
+      o, h, [](const InboxStats& s) { return s.applied + s.dead_lettered >= 5; }, 30s);
+  EXPECT_EQ(s.applied, 4u);
+  EXPECT_EQ(s.dead_lettered, 1u);
+  EXPECT_EQ(s.retries, 0u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT n FROM counter"), 4);
+}
+
 // A consumer subscribed before the topic exists starts within seconds of its creation.
 // librdkafka 2.0.2's mock auto-creates any topic a Metadata request names (it speaks a
 // Metadata version without allow_auto_topic_creation), so "does not exist yet" is played
