@@ -2,15 +2,21 @@
 // effectively-once processing by deduplicating on the producer-side event id in the same
 // PostgreSQL transaction as the service's side effect. See docs/inbox.md.
 //
-// Per message (one partition's messages strictly in offset order):
+// Per batch (one partition's messages strictly in offset order; a batch is what is
+// queued for the partition, up to batch_max_messages):
 //   event id  = the `event_id` header, else the "event_id" member of the JSON value
-//               (table-less events); neither → poison, dead-lettered.
+//               (table-less events); neither → poison, dead-lettered alone.
 //   BEGIN
-//   INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING
-//     0 rows → duplicate: COMMIT (nothing else written), counted in Stats::duplicates
-//     1 row  → handler(message, transaction) in the same transaction
-//   COMMIT
-//   then rd_kafka_offsets_store(offset + 1)
+//   INSERT INTO inbox (consumer, message_id) SELECT $1, unnest($2) ON CONFLICT DO NOTHING
+//     RETURNING message_id
+//     not returned → duplicate: nothing else written, counted in Stats::duplicates
+//     returned     → handler(message, transaction) in the same transaction, in order
+//   the handlers' deferred statements (Transaction::Defer), then COMMIT
+//   then rd_kafka_offsets_store(last offset + 1)
+// Batches:
+// A batch never decides the fate of a message: any failure rolls the batch back; the
+// messages before the one it belongs to run again as one batch, and that one runs alone
+// (a batch of one), where the rules below apply to it exactly as without batching.
 // The offset commit: enable.auto.commit=true with enable.auto.offset.store=false (forced).
 // librdkafka commits only *stored* offsets, and an offset is stored only after its
 // database transaction committed, so a committed offset never passes an unapplied
