@@ -9,6 +9,7 @@
 
 #include "src/inbox/event_id.h"
 #include "src/inbox/impl.h"
+#include "src/kafka/properties.h"
 
 namespace walrelay::inbox {
 
@@ -48,10 +49,7 @@ Status InboxConsumer::Impl::Init() {
   char errstr[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   auto set = [&](const std::string& k, const std::string& v) -> Status {
-    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-      return InvalidArgumentError("inbox: kafka property " + k + "=" + v + ": " + errstr);
-    }
-    return Status::Ok();
+    return kafka::SetProperty(conf, k, v).WithContext("inbox");
   };
   std::vector<std::pair<std::string, std::string>> props = {
       {"bootstrap.servers", opt_.bootstrap_servers},

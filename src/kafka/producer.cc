@@ -1,4 +1,5 @@
 #include "src/kafka/producer.h"
+#include "src/kafka/properties.h"
 
 #include <fmt/format.h>
 #include <librdkafka/rdkafka.h>
@@ -35,15 +36,6 @@ struct ProducerCallbacks {
 namespace {
 
 constexpr int kMaxInFlight = 5;
-
-Status SetProperty(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
-  char errstr[512];
-  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) !=
-      RD_KAFKA_CONF_OK) {
-    return InvalidArgumentError(fmt::format("kafka property {}={}: {}", name, value, errstr));
-  }
-  return Status::Ok();
-}
 
 std::string GetProperty(const rd_kafka_conf_t* conf, const char* name) {
   char buf[1024];

@@ -143,6 +143,29 @@ TEST_F(ProducerTest, EnforcedPropertiesCannotBeWeakened) {
   EXPECT_TRUE(Producer::Create(ok, reports_.Callback()).ok());
 }
 
+// A property librdkafka refuses is named in the error, its value never: properties carry
+// secrets, and librdkafka's own message quotes an invalid value (issue 13).
+TEST_F(ProducerTest, RefusedPropertyErrorNamesThePropertyNotItsValue) {
+  const std::vector<std::pair<std::string, std::string>> secret_props = {
+      // Java's JAAS line: unknown to librdkafka.
+      {"sasl.jaas.config",
+       "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" "
+       "password=\"hunter2-jaas\";"},
+      // A known property with an invalid value: librdkafka quotes the value.
+      {"security.protocol", "hunter2-protocol"},
+      {"linger.ms", "hunter2"},
+  };
+  for (const auto& [name, value] : secret_props) {
+    ProducerOptions options;
+    options.properties = {{"bootstrap.servers", cluster_->bootstraps()}, {name, value}};
+    auto p = Producer::Create(options, reports_.Callback());
+    ASSERT_FALSE(p.ok()) << name;
+    const std::string message = p.status().ToString();
+    EXPECT_NE(message.find(name), std::string::npos) << message;
+    EXPECT_EQ(message.find("hunter2"), std::string::npos) << message;
+  }
+}
+
 TEST_F(ProducerTest, OversizedRecordIsInvalidArgumentWithSizeAndLimit) {
   auto producer = MakeProducer({{"message.max.bytes", "10000"}});
   ASSERT_NE(producer, nullptr);
