@@ -1,11 +1,12 @@
 #include "src/cli/options.h"
 
+#include <libpq-fe.h>
+
 #include <toml++/toml.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 namespace walrelay::cli {
@@ -398,14 +399,34 @@ std::string ConfigurationReference() {
 }
 
 std::string RedactConninfo(std::string_view conninfo) {
-  std::string s(conninfo);
-  // keyword/value form: password=secret or password='se cret'
-  static const std::regex kv(R"((password\s*=\s*)('([^'\\]|\\.)*'|\S+))", std::regex::icase);
-  s = std::regex_replace(s, kv, "$1********");
-  // URI form: postgresql://user:secret@host
-  static const std::regex uri(R"(((?:postgres|postgresql)://[^:/@]*:)[^@]*@)", std::regex::icase);
-  s = std::regex_replace(s, uri, "$1********@");
-  return s;
+  // Parsed by libpq itself, so every form it accepts (keyword/value, URI with the password
+  // in the authority or the query, percent-encoding, quoting) is redacted alike; what it
+  // cannot parse is not shown at all.
+  char* err = nullptr;
+  const std::string text(conninfo);
+  PQconninfoOption* opts = PQconninfoParse(text.c_str(), &err);
+  if (opts == nullptr) {
+    if (err != nullptr) PQfreemem(err);
+    return "<connection string that libpq cannot parse, not shown>";
+  }
+  std::string out;
+  for (const PQconninfoOption* o = opts; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    const std::string_view key(o->keyword);
+    std::string value = key == "password" || key == "sslpassword" ? "********" : o->val;
+    if (value.empty() || value.find_first_of(" '\\") != std::string::npos) {
+      std::string quoted = "'";
+      for (char c : value) {
+        if (c == '\'' || c == '\\') quoted += '\\';
+        quoted += c;
+      }
+      value = quoted + "'";
+    }
+    if (!out.empty()) out += ' ';
+    out += std::string(key) + "=" + value;
+  }
+  PQconninfoFree(opts);
+  return out;
 }
 
 RunOptionBinder::RunOptionBinder(CLI::App* app) {

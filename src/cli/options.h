@@ -45,7 +45,10 @@ Status LoadTomlFile(const std::string& path,
 // The configuration reference in Markdown, generated from the registry.
 std::string ConfigurationReference();
 
-// Redacts password=... in a libpq conninfo string or URI for logging.
+// The connection string for logs: parsed by libpq (PQconninfoParse) and shown as
+// keyword=value pairs with password and sslpassword replaced by ********, whatever form
+// it was given in (URI, percent-encoded, query parameter); a string libpq cannot parse is
+// not shown at all.
 std::string RedactConninfo(std::string_view conninfo);
 
 }  // namespace walrelay::cli

@@ -158,10 +158,32 @@ TEST(OptionsTest, PasswordFileIsReadAndRedacted) {
   ASSERT_TRUE(p.config.ok());
   EXPECT_EQ(p.config->source_password, "s3cret");
   std::remove(file.c_str());
-  EXPECT_EQ(RedactConninfo("host=h password=s3cret dbname=x"), "host=h password=******** dbname=x");
-  EXPECT_EQ(RedactConninfo("host=h password='a b' dbname=x"), "host=h password=******** dbname=x");
-  EXPECT_EQ(RedactConninfo("postgresql://app:s3cret@db:5432/x"),
-            "postgresql://app:********@db:5432/x");
+}
+
+// DSNs are redacted by libpq's own parser (issue 13): every form libpq accepts hides the
+// password, and a string it cannot parse is not shown at all.
+TEST(OptionsTest, RedactConninfoHidesPasswordsInEveryForm) {
+  const std::string cases[] = {
+      "host=h password=s3cret dbname=x",
+      "host=h password='a s3cret' dbname=x",
+      "host=h password = s3cret dbname=x",
+      "postgresql://app:s3cret@db:5432/x",
+      "postgresql://app@db/x?password=s3cret&sslmode=require",
+      "postgresql://app:%73%33cret@db/x",
+      "host=h sslpassword=s3cret sslkey=/k",
+      "host=h password='s3cret",  // unterminated quote: libpq refuses it
+  };
+  for (const std::string& dsn : cases) {
+    const std::string shown = RedactConninfo(dsn);
+    EXPECT_EQ(shown.find("s3cret"), std::string::npos) << dsn << " -> " << shown;
+    EXPECT_EQ(shown.find("%73%33"), std::string::npos) << dsn << " -> " << shown;
+  }
+  EXPECT_EQ(RedactConninfo("host=h password=s3cret dbname=x"),
+            "password=******** dbname=x host=h");
+  EXPECT_EQ(RedactConninfo("postgresql://app:s3cret@db:5432/x?sslmode=verify-full"),
+            "user=app password=******** dbname=x host=db port=5432 sslmode=verify-full");
+  EXPECT_EQ(RedactConninfo("host=h password='s3cret"),
+            "<connection string that libpq cannot parse, not shown>");
 }
 
 TEST(OptionsTest, NamesDeriveFromTheTomlKey) {
