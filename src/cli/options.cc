@@ -1,15 +1,44 @@
 #include "src/cli/options.h"
 
 #include <libpq-fe.h>
+#include <sys/stat.h>
 
 #include <toml++/toml.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 namespace walrelay::cli {
+
+Result<std::string> ReadPasswordFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return InvalidArgumentError("cannot read '" + path + "': " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return InvalidArgumentError("'" + path + "' is not a regular file");
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return PermissionDeniedError("'" + path + "' has mode " + mode +
+                                 ": other users may read the password; chmod 600 '" + path +
+                                 "' (libpq refuses a .pgpass like this too)");
+  }
+  std::ifstream in(path);
+  if (!in) return InvalidArgumentError("cannot read '" + path + "'");
+  std::string password;
+  std::getline(in, password);
+  if (!password.empty() && password.back() == '\r') password.pop_back();  // written on Windows
+  if (password.empty()) {
+    return InvalidArgumentError("'" + path + "' is empty: its first line must be the password");
+  }
+  return password;
+}
+
 namespace {
 
 using relay::RelayConfig;
@@ -124,15 +153,15 @@ std::vector<OptionSpec> BuildRunOptions() {
   {
     OptionSpec s{"source.password_file",
                  OptionKind::kString,
-                 "File whose first line is the source password; never logged.",
+                 "File whose first line is the source password (a trailing CR is dropped); never "
+                 "logged. Refused unless only its owner may read it (chmod 600), like .pgpass.",
                  true,
                  nullptr,
                  nullptr};
     s.apply = [](RelayConfig& c, const Values& v) -> Status {
-      std::ifstream in(v.back());
-      if (!in)
-        return InvalidArgumentError("--source-password-file: cannot read '" + v.back() + "'");
-      std::getline(in, c.source_password);
+      Result<std::string> password = ReadPasswordFile(v.back());
+      if (!password.ok()) return password.status().WithContext("--source-password-file");
+      c.source_password = std::move(password).value();
       return Status::Ok();
     };
     s.show = [](const RelayConfig&) { return std::string("(none)"); };

@@ -1,6 +1,7 @@
 #include "src/cli/options.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <libpq-fe.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -158,6 +159,38 @@ TEST(OptionsTest, PasswordFileIsReadAndRedacted) {
   ASSERT_TRUE(p.config.ok());
   EXPECT_EQ(p.config->source_password, "s3cret");
   std::remove(file.c_str());
+}
+
+// A password file is refused when others may read it, empty, or missing; a Windows line
+// end is not part of the password (issue 13).
+TEST(OptionsTest, PasswordFileRules) {
+  std::string crlf = WriteFile("s3cret\r\nsecond line\n");
+  auto p = ReadPasswordFile(crlf);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(*p, "s3cret");
+  ASSERT_EQ(::chmod(crlf.c_str(), 0644), 0);
+  auto open_file = ReadPasswordFile(crlf);
+  EXPECT_EQ(open_file.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(open_file.status().message().find("chmod 600"), std::string::npos);
+  EXPECT_EQ(open_file.status().message().find("s3cret"), std::string::npos);
+  ASSERT_EQ(::chmod(crlf.c_str(), 0640), 0);
+  EXPECT_EQ(ReadPasswordFile(crlf).status().code(), StatusCode::kPermissionDenied);
+  std::remove(crlf.c_str());
+  std::string empty = WriteFile("");
+  EXPECT_EQ(ReadPasswordFile(empty).status().code(), StatusCode::kInvalidArgument);
+  std::string blank = WriteFile("\n");
+  EXPECT_EQ(ReadPasswordFile(blank).status().code(), StatusCode::kInvalidArgument);
+  std::remove(empty.c_str());
+  std::remove(blank.c_str());
+  EXPECT_EQ(ReadPasswordFile("/nonexistent/walrelay-password").status().code(),
+            StatusCode::kInvalidArgument);
+  // Through the option: the run refuses to start.
+  std::string loose = WriteFile("s3cret\n");
+  ASSERT_EQ(::chmod(loose.c_str(), 0604), 0);
+  auto args = kMinimal;
+  args.insert(args.end(), {"--source-password-file", loose});
+  EXPECT_FALSE(Parse(args).config.ok());
+  std::remove(loose.c_str());
 }
 
 // DSNs are redacted by libpq's own parser (issue 13): every form libpq accepts hides the
