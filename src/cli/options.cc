@@ -298,7 +298,9 @@ std::vector<OptionSpec> BuildRunOptions() {
   o.push_back(Millis("guard.interval_ms", "How often the slot guard polls pg_replication_slots.",
                      &RelayConfig::guard_interval));
   o.push_back(Str("ops.metrics_address",
-                  "host:port serving /metrics (Prometheus), /healthz and /readyz; empty = off.",
+                  "host:port serving /metrics (Prometheus), /healthz and /readyz (GET and "
+                  "HEAD only); :port listens on 127.0.0.1, 0.0.0.0:port on every interface; "
+                  "empty = off.",
                   &RelayConfig::metrics_address));
   o.push_back(Str("ops.log_level", "trace, debug, info, warn, error.", &RelayConfig::log_level));
   return o;

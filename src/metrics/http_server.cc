@@ -22,7 +22,7 @@ Result<std::pair<std::string, int>> ParseHostPort(std::string_view address) {
     return InvalidArgumentError("metrics address '" + std::string(address) +
                                 "': write an IPv6 host in brackets, e.g. [::1]:9187");
   }
-  if (host.empty()) host = "0.0.0.0";
+  if (host.empty()) host = "127.0.0.1";  // all interfaces only when asked: 0.0.0.0:port
   int port = -1;
   auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port < 0 || port > 65535) {
@@ -46,7 +46,30 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Registry* regi
   httplib::Server& svr = *s->server_;
   const int threads = s->options_.threads > 0 ? s->options_.threads : 1;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  svr.set_read_timeout(std::chrono::seconds(5));
+  // A client that sends slowly holds a worker thread until this timeout: short, so that
+  // probes get through (with `threads` workers, threads - 1 slow clients cannot block them).
+  svr.set_read_timeout(std::chrono::seconds(2));
+  // Nothing here takes a body: refuse one instead of buffering it (cpp-httplib's default
+  // limit is unbounded), and answer methods other than GET and HEAD with 405 before any
+  // body is read.
+  svr.set_payload_max_length(0);
+  svr.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "GET" && req.method != "HEAD") {
+      res.status = 405;
+      res.set_header("Allow", "GET, HEAD");
+      res.set_content("only GET and HEAD\n", "text/plain; charset=utf-8");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Transfer-Encoding") ||
+        (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
+      // Not read: the connection is closed after this answer.
+      res.status = 413;
+      res.set_header("Connection", "close");
+      res.set_content("no request body expected\n", "text/plain; charset=utf-8");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   svr.set_write_timeout(std::chrono::seconds(5));
   svr.set_keep_alive_timeout(5);
   // cpp-httplib's default also sets SO_REUSEPORT, which lets a second process bind the same

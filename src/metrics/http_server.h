@@ -5,7 +5,8 @@
 //   GET /readyz   200 "ready" when the caller's predicate returns OK, else 503 with the
 //                 predicate's message (readiness: e.g. streaming and under the critical
 //                 slot threshold)
-// Anything else is 404. Only GET (and HEAD) are answered.
+// Anything else is 404. Only GET (and HEAD) are answered: other methods get 405 before a
+// body is read, and a request body is refused (413) instead of buffered.
 //
 // Lifetime: Start() binds (so a bad address fails there, synchronously) and starts the
 // thread; Stop() (or the destructor) stops listening, waits for in-flight requests and
@@ -29,13 +30,14 @@ class Server;
 namespace walrelay::metrics {
 
 struct ServerOptions {
-  // "host:port", "[v6addr]:port" or ":port" (all interfaces). Port 0 picks a free port
-  // (see MetricsServer::port()).
+  // "host:port", "[v6addr]:port" or ":port" (loopback, 127.0.0.1; all interfaces only
+  // when asked: "0.0.0.0:port"). Port 0 picks a free port (see MetricsServer::port()).
   std::string address = "127.0.0.1:9187";
   // Readiness; OK = ready. Unset: always ready.
   std::function<Status()> ready;
-  // Worker threads for concurrent scrapes.
-  int threads = 2;
+  // Worker threads for concurrent scrapes. A client that sends slowly holds one for up to
+  // the read timeout (2 s): threads - 1 such clients cannot delay /healthz.
+  int threads = 4;
 };
 
 class MetricsServer {
@@ -66,7 +68,8 @@ class MetricsServer {
   int port_ = 0;
 };
 
-// Splits "host:port" / "[v6]:port" / ":port". kInvalidArgument on a bad form or port.
+// Splits "host:port" / "[v6]:port" / ":port" (host 127.0.0.1). kInvalidArgument on a bad
+// form or port.
 Result<std::pair<std::string, int>> ParseHostPort(std::string_view address);
 
 }  // namespace walrelay::metrics

@@ -5,7 +5,14 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <thread>
+#include <vector>
 
 namespace walrelay::metrics {
 namespace {
@@ -77,6 +84,64 @@ TEST(MetricsServerTest, ServesMetricsHealthAndReadiness) {
   EXPECT_FALSE(after.Get("/healthz"));
 }
 
+// Only GET and HEAD; a body is never buffered; slow clients do not block the probes
+// (issue 13).
+TEST(MetricsServerTest, RefusesOtherMethodsBodiesAndSurvivesSlowClients) {
+  Registry registry;
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  auto server = MetricsServer::Start(&registry, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  client.set_read_timeout(std::chrono::seconds(1));
+
+  auto post = client.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(post) << httplib::to_string(post.error());
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET, HEAD");
+  // A large body is not read at all: the server answers and closes while the client is
+  // still writing (the client sees a write error, or the 405 when it got that far).
+  auto big = client.Post("/metrics", std::string(16 << 20, 'x'), "text/plain");
+  EXPECT_TRUE(!big || big->status == 405);
+  EXPECT_EQ(client.Put("/healthz", "x", "text/plain")->status, 405);
+  EXPECT_EQ(client.Delete("/healthz")->status, 405);
+  // A GET with a body is refused, not buffered.
+  httplib::Request get_with_body;
+  get_with_body.method = "GET";
+  get_with_body.path = "/healthz";
+  get_with_body.body = std::string(4096, 'x');
+  get_with_body.set_header("Content-Type", "text/plain");
+  auto r = client.send(get_with_body);
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(client.Head("/healthz")->status, 200);
+
+  // Clients that open a request and never finish it hold at most their worker each.
+  std::vector<int> slow;
+  for (int i = 0; i < options.threads - 1; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string partial = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_EQ(::write(fd, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
+    slow.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  httplib::Client probe("127.0.0.1", port);
+  probe.set_connection_timeout(std::chrono::seconds(1));
+  probe.set_read_timeout(std::chrono::seconds(1));  // below the server's 2 s read timeout
+  auto health = probe.Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  for (int fd : slow) ::close(fd);
+}
+
 TEST(MetricsServerTest, BindErrorsAreReported) {
   Registry registry;
   ServerOptions options;
@@ -94,9 +159,10 @@ TEST(MetricsServerTest, BindErrorsAreReported) {
 }
 
 TEST(MetricsServerTest, ParseHostPort) {
-  auto a = ParseHostPort(":9187");
+  auto a = ParseHostPort(":9187");  // loopback unless a host is given (issue 13)
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->first, "0.0.0.0");
+  EXPECT_EQ(a->first, "127.0.0.1");
+  EXPECT_EQ(ParseHostPort("0.0.0.0:9187")->first, "0.0.0.0");
   EXPECT_EQ(a->second, 9187);
   auto b = ParseHostPort("[::1]:80");
   ASSERT_TRUE(b.ok());
