@@ -88,12 +88,12 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Registry* regi
   });
   svr.Get("/readyz", [self](const httplib::Request&, httplib::Response& res) {
     Status st = self->options_.ready ? self->options_.ready() : Status::Ok();
-    if (st.ok()) {
-      res.set_content("ready\n", "text/plain; charset=utf-8");
-    } else {
-      res.status = 503;
-      res.set_content("not ready: " + st.message() + "\n", "text/plain; charset=utf-8");
+    std::string body = st.ok() ? "ready\n" : "not ready: " + st.message() + "\n";
+    if (self->options_.note) {
+      if (std::string note = self->options_.note(); !note.empty()) body += "note: " + note + "\n";
     }
+    if (!st.ok()) res.status = 503;
+    res.set_content(body, "text/plain; charset=utf-8");
   });
 
   s->host_ = host_port.first;

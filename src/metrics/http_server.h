@@ -35,6 +35,9 @@ struct ServerOptions {
   std::string address = "127.0.0.1:9187";
   // Readiness; OK = ready. Unset: always ready.
   std::function<Status()> ready;
+  // A standing warning appended to every /readyz body ("note: ..."), ready or not, e.g.
+  // that records live only in memory. Unset or empty: none.
+  std::function<std::string()> note;
   // Worker threads for concurrent scrapes. A client that sends slowly holds one for up to
   // the read timeout (2 s): threads - 1 such clients cannot delay /healthz.
   int threads = 4;

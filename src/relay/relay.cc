@@ -42,6 +42,12 @@ struct Relay::Observability {
 
 namespace {
 
+// Said at start and on /readyz while kafka.embedded is on.
+constexpr std::string_view kEmbeddedKafkaWarning =
+    "kafka.embedded is on: records live only in this process's memory and are lost when it "
+    "exits, while the slot is confirmed past them; for development only, use "
+    "--kafka-bootstrap-servers for anything that matters";
+
 // Errors a new session cannot fix: Run() returns them instead of retrying.
 bool Retryable(const Status& st) {
   switch (st.code()) {
@@ -432,6 +438,7 @@ Status Relay::StartObservability() {
       }
       return Status::Ok();
     };
+    if (config_.embedded_kafka) so.note = [] { return std::string(kEmbeddedKafkaWarning); };
     WALRELAY_ASSIGN_OR_RETURN(obs_->server, metrics::MetricsServer::Start(&r, so));
     spdlog::info("metrics on http://{}/metrics (also /healthz, /readyz)", config_.metrics_address);
   }
@@ -447,8 +454,8 @@ Status Relay::Run() {
     WALRELAY_ASSIGN_OR_RETURN(auto cluster, kafka::MockCluster::Create(3));
     embedded_ = std::make_unique<Embedded>();
     embedded_->cluster = std::move(cluster);
-    spdlog::info("embedded Kafka (librdkafka mock cluster) at {}",
-                 embedded_->cluster->bootstraps());
+    spdlog::warn("embedded Kafka (librdkafka mock cluster) at {}: {}",
+                 embedded_->cluster->bootstraps(), kEmbeddedKafkaWarning);
   }
   if (!obs_) WALRELAY_RETURN_IF_ERROR(StartObservability());
   std::mt19937_64 rng(std::random_device{}());

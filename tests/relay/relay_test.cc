@@ -491,7 +491,17 @@ TEST_F(RelayTest, DatabaseCrashMidStreamIsSurvived) {
 TEST_F(RelayTest, EmbeddedKafkaNeedsNoBroker) {
   config_.bootstrap_servers.clear();
   config_.embedded_kafka = true;
+  config_.metrics_address = "127.0.0.1:0";
   StartRelay();
+  // /readyz says, ready or not, that records live only in memory (issue 13).
+  ASSERT_GT(relay_->metrics_port(), 0);
+  httplib::Client client("127.0.0.1", relay_->metrics_port());
+  auto ready = client.Get("/readyz");
+  ASSERT_TRUE(ready) << "no answer from /readyz";
+  EXPECT_NE(ready->body.find("note: kafka.embedded is on: records live only in this process's "
+                             "memory and are lost when it exits"),
+            std::string::npos)
+      << ready->body;
   const std::string bootstraps = relay_->bootstrap_servers();
   ASSERT_NE(bootstraps, kafka_->bootstraps());
   ASSERT_FALSE(bootstraps.empty());
