@@ -65,7 +65,9 @@ RecordCommand::RecordCommand(CLI::App* parent) {
   app_->add_option("--dsn", dsn_, "libpq connection string of the source database")
       ->envname("WALRELAY_SOURCE_DSN");
   app_->add_option("-o,--output", output_, "Recording file to write (truncated)")->required();
-  app_->add_option("--slot", slot_, "Logical slot to read; created when missing")
+  app_->add_option("--slot", slot_,
+                   "Logical slot to read; when missing, created TEMPORARY (dropped when the "
+                   "recording ends) unless --create-slot")
       ->capture_default_str();
   app_->add_option("--plugin", plugin_, "Output plugin: pgoutput or wal2json")
       ->check(CLI::IsMember({"pgoutput", "wal2json"}))
@@ -73,8 +75,10 @@ RecordCommand::RecordCommand(CLI::App* parent) {
   app_->add_option("--publication", publication_, "Publication (pgoutput)")->capture_default_str();
   app_->add_option("--table", tables_,
                    "wal2json only: restrict to these schema.table names (add-tables)");
-  app_->add_flag("--temporary", temporary_,
-                 "Create the slot (when missing) as TEMPORARY: dropped when recording ends");
+  app_->add_flag("--create-slot", create_slot_,
+                 "Create a missing slot as a permanent slot (it then pins WAL on the server "
+                 "until dropped: pg_drop_replication_slot)");
+  app_->add_flag("--temporary", temporary_, "Accepted for old scripts: temporary is the default");
   app_->add_option("--max-events", max_events_,
                    "Stop after this many XLogData messages (then at the end of the open "
                    "transaction)");
@@ -128,15 +132,26 @@ int RecordCommand::Run() const {
     }
     header.start_lsn = existing->confirmed_flush_lsn.value_or(Lsn());
   } else if (existing.status().code() == StatusCode::kNotFound) {
-    auto created = c.CreateLogicalSlot(slot_, plugin_, temporary_);
+    // A forgotten permanent slot pins WAL on a production server: temporary unless asked.
+    const bool temporary = !create_slot_;
+    auto created = c.CreateLogicalSlot(slot_, plugin_, temporary);
     if (!created.ok()) return fail(created.status().ToString(), 1);
     header.start_lsn = created->consistent_point;
-    std::cerr << "walrelay record: created " << (temporary_ ? "temporary " : "") << "slot " << slot_
-              << " (" << plugin_ << ") at " << created->consistent_point.ToString() << "\n";
+    std::cerr << "walrelay record: created " << (temporary ? "temporary " : "permanent ")
+              << "slot " << slot_ << " (" << plugin_ << ") at "
+              << created->consistent_point.ToString()
+              << (temporary ? "; it is dropped when the recording ends"
+                            : "; drop it when done: it keeps WAL on the server")
+              << "\n";
   } else {
     return fail(existing.status().ToString(), 1);
   }
   header.options = relay::StartReplicationOptions(plugin_, publication_, tables_);
+  if (wal2json && tables_.empty()) {
+    std::cerr << "walrelay record: warning: wal2json without --table records every table of "
+                 "the database (other services' rows included) into "
+              << output_ << "; restrict it with --table schema.outbox\n";
+  }
 
   auto writer = relay::RecordingWriter::Create(output_, header);
   if (!writer.ok()) return fail(writer.status().ToString(), 1);

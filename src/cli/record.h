@@ -48,7 +48,8 @@ class RecordCommand {
   std::string plugin_ = "pgoutput";
   std::string publication_ = "walrelay_outbox";
   std::vector<std::string> tables_;
-  bool temporary_ = false;
+  bool temporary_ = false;  // accepted, ignored: temporary is the default
+  bool create_slot_ = false;
   bool advance_ = false;
   bool no_keepalives_ = false;
   bool quiet_ = false;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -99,8 +100,22 @@ std::string RecordingHeader::Option(std::string_view name, std::string_view fall
 
 Result<std::unique_ptr<RecordingWriter>> RecordingWriter::Create(const std::string& path,
                                                                  const RecordingHeader& header) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create recording " + path);
+  // A recording holds every row of the stream (payloads, maybe personal data): owner-only,
+  // and never written through a symlink someone else may have planted.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return InvalidArgumentError("cannot create recording " + path +
+                                  ": it is a symbolic link; give the real path");
+    }
+    return ErrnoError("cannot create recording " + path);
+  }
+  if (::fchmod(fd, 0600) != 0) {  // an existing file keeps its mode through O_TRUNC
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return ErrnoError("cannot restrict recording " + path + " to its owner");
+  }
   std::unique_ptr<RecordingWriter> w(new RecordingWriter(fd, path));
   w->buffer_.reserve(kBufferSize + 64);
   std::string body;

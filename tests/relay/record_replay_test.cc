@@ -2,6 +2,7 @@
 // end to end on a tiny stream from a throwaway PostgreSQL (the CI smoke test of
 // record/replay).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -213,6 +214,10 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   auto code = rec->Wait(60s);
   ASSERT_EQ(code, 0) << rec->LogTail();
+  // Owner-only (issue 13): a recording holds every payload of the stream.
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
   // Not advanced by default.
   auto after =
       c.QueryScalar("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'rec'");
@@ -265,6 +270,34 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
                                 "WHERE slot_name = 'rec'");
   ASSERT_TRUE(advanced.ok());
   EXPECT_EQ(*advanced, "t");
+
+  // A recording is never written through a symbolic link (issue 13).
+  const std::string target = TempPath("target");
+  const std::string link = TempPath("link.wrr");
+  { std::ofstream(target) << "keep"; }
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  auto via_link = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", c.conninfo(), "-o", link,
+                                     "--slot", "rec", "--until-lsn", *end2},
+                                    rec_log);
+  ASSERT_TRUE(via_link.ok());
+  EXPECT_NE(via_link->Wait(60s), 0);
+  EXPECT_NE(ReadAll(rec_log).find("symbolic link"), std::string::npos) << ReadAll(rec_log);
+  EXPECT_EQ(ReadAll(target), "keep");
+  ::unlink(link.c_str());
+  ::unlink(target.c_str());
+
+  // A missing slot is created TEMPORARY unless --create-slot: nothing is left pinning WAL.
+  auto now = c.QueryScalar("SELECT pg_current_wal_insert_lsn()");
+  ASSERT_TRUE(now.ok());
+  auto temp = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", c.conninfo(), "-o", file,
+                                 "--slot", "rec_temp", "--until-lsn", *now},
+                                rec_log);
+  ASSERT_TRUE(temp.ok());
+  ASSERT_EQ(temp->Wait(60s), 0) << temp->LogTail();
+  EXPECT_NE(ReadAll(rec_log).find("created temporary slot rec_temp"), std::string::npos)
+      << ReadAll(rec_log);
+  EXPECT_EQ(*c.QueryScalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'rec_temp'"),
+            "0");
   ::unlink(file.c_str());
   ::unlink(rec_log.c_str());
   ::unlink(replay_log.c_str());
