@@ -220,6 +220,25 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "Topic when the row's topic column is absent or NULL; ${aggregate_type}, "
                   "${event_type} and ${table} are substituted.",
                   &RelayConfig::topic_template));
+  {
+    OptionSpec s{"outbox.allowed_topics",
+                 OptionKind::kList,
+                 "Topics walrelay may publish to: names, or prefixes ending in '*' "
+                 "(payments.*). Empty: any. Anything else is dead-lettered with the reason "
+                 "(whoever can write the outbox or call pg_logical_emit_message picks the "
+                 "topic).",
+                 false,
+                 nullptr,
+                 nullptr};
+    s.apply = [](RelayConfig& c, const Values& v) {
+      c.allowed_topics = v;
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig& c) {
+      return c.allowed_topics.empty() ? std::string("(any)") : Join(c.allowed_topics, ", ");
+    };
+    o.push_back(std::move(s));
+  }
   o.push_back(Str("kafka.bootstrap_servers", "Kafka bootstrap servers (host:port,...).",
                   &RelayConfig::bootstrap_servers));
   o.push_back(Bool("kafka.embedded",

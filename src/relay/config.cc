@@ -34,6 +34,17 @@ std::string RelayConfig::SourceConninfo() const {
 }
 
 Status RelayConfig::Validate() const {
+  for (const std::string& t : allowed_topics) {
+    const std::string_view name =
+        !t.empty() && t.back() == '*' ? std::string_view(t).substr(0, t.size() - 1) : t;
+    if (name.empty() || name.find('*') != std::string_view::npos ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+            std::string_view::npos) {
+      return InvalidArgumentError("outbox.allowed_topics: '" + t +
+                                  "' is neither a topic name nor a prefix ending in '*' "
+                                  "(e.g. payments.*)");
+    }
+  }
   if (source_dsn.empty()) {
     return InvalidArgumentError(
         "no source database: set --source-dsn (or WALRELAY_SOURCE_DSN, or source.dsn in the "

@@ -54,6 +54,11 @@ struct RelayConfig {
   // Topic: the row's topic column when present and non-null, else this template;
   // ${aggregate_type}, ${event_type}, ${table} are substituted.
   std::string topic_template = "outbox.${aggregate_type}";
+  // The topics walrelay may publish to: exact names, or prefixes written with a trailing
+  // '*' ("payments.*"). Empty: any topic. A row or table-less event whose topic is not
+  // allowed is dead-lettered with the reason (any role that can write the outbox, or call
+  // pg_logical_emit_message, chooses its topic).
+  std::vector<std::string> allowed_topics;
 
   // --- Kafka
   std::string bootstrap_servers;

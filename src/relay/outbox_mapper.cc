@@ -331,6 +331,17 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
     return InvalidArgumentError("invalid Kafka topic name '" + std::string(out->topic) +
                                 "' (1-249 characters of [a-zA-Z0-9._-])");
   }
+  if (!config_.allowed_topics.empty() &&
+      std::none_of(config_.allowed_topics.begin(), config_.allowed_topics.end(),
+                   [&](const std::string& a) {
+                     return !a.empty() && a.back() == '*'
+                                ? out->topic.starts_with(std::string_view(a).substr(0, a.size() - 1))
+                                : out->topic == a;
+                   })) {
+    return InvalidArgumentError("topic '" + std::string(out->topic) +
+                                 "' is not in outbox.allowed_topics; add it there if this "
+                                 "writer may publish to it");
+  }
   if (out->key.empty()) return InvalidArgumentError("aggregate_id is empty");
   return Status::Ok();
 }

@@ -1,5 +1,6 @@
-// The mapper's header rules (issue 10 item 9): the names the relay writes itself cannot be
-// written again from the headers column or a table-less envelope.
+// What a writer of the outbox may choose, and what not: the header names the relay writes
+// itself cannot be written again from the headers column or a table-less envelope (issue
+// 10 item 9), and the topic must be one of outbox.allowed_topics when that is set (issue 13).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -52,6 +53,44 @@ TEST(OutboxMapperHeadersTest, ReservedNamesFromAnEnvelopeAreRefused) {
   Status st = mapper.MapMessage(message, &event);
   ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("event_id"), std::string::npos) << st.message();
+}
+
+// outbox.allowed_topics: exact names and '*' prefixes; anything else is unmappable
+// (kInvalidArgument: dead-lettered with the reason), from a row's topic column, the topic
+// template, or a table-less envelope alike.
+TEST(OutboxMapperHeadersTest, TopicsOutsideTheAllowedListAreRefused) {
+  RelayConfig config;
+  config.allowed_topics = {"outbox.payment", "billing.*"};
+  EXPECT_EQ(config.Validate().message().find("allowed_topics"), std::string::npos)
+      << config.Validate().ToString();
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  ASSERT_TRUE(mapper.MapRow("public.outbox", Row("{}"), &event).ok());  // outbox.payment
+  EXPECT_EQ(event.topic, "outbox.payment");
+  OutboxRow row = Row("{}");
+  row.topic = "billing.invoices";
+  ASSERT_TRUE(mapper.MapRow("public.outbox", row, &event).ok());
+  for (const char* topic : {"payroll", "outbox.payment.x", "billing", "outbox.paymen"}) {
+    row.topic = topic;
+    Status st = mapper.MapRow("public.outbox", row, &event);
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << topic;
+    EXPECT_NE(st.message().find("is not in outbox.allowed_topics"), std::string::npos)
+        << st.message();
+  }
+  pgoutput::LogicalMessage message;
+  message.flags = pgoutput::LogicalMessage::kFlagTransactional;
+  message.prefix = config.message_prefix;
+  const std::string content =
+      R"({"event_id": "e-1", "aggregate_id": "a", "topic": "payroll", "event_type": "T",)"
+      R"( "payload": {}})";
+  message.content = content;
+  EXPECT_EQ(mapper.MapMessage(message, &event).code(), StatusCode::kInvalidArgument);
+
+  for (const char* bad : {"*", "pay*ments", "bad topic", ""}) {
+    RelayConfig c;
+    c.allowed_topics = {bad};
+    EXPECT_NE(c.Validate().message().find("outbox.allowed_topics: '"), std::string::npos) << bad;
+  }
 }
 
 }  // namespace
