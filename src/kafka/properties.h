@@ -14,7 +14,9 @@ typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 namespace walrelay::kafka {
 
 // rd_kafka_conf_set; kInvalidArgument "kafka property NAME: <librdkafka's reason>" on
-// failure, with every occurrence of `value` in the reason replaced by "<redacted>".
+// failure, with every occurrence of `value` in the reason replaced by "<redacted>", and
+// for a Java client property librdkafka does not know (sasl.jaas.config,
+// ssl.truststore.location, ...) the librdkafka property to use instead.
 Status SetProperty(rd_kafka_conf_t* conf, const std::string& name, const std::string& value);
 
 }  // namespace walrelay::kafka

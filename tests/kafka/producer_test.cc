@@ -164,6 +164,14 @@ TEST_F(ProducerTest, RefusedPropertyErrorNamesThePropertyNotItsValue) {
     EXPECT_NE(message.find(name), std::string::npos) << message;
     EXPECT_EQ(message.find("hunter2"), std::string::npos) << message;
   }
+  // Java-isms name what librdkafka wants instead.
+  ProducerOptions java;
+  java.properties = {{"bootstrap.servers", cluster_->bootstraps()},
+                     {"ssl.truststore.location", "/etc/kafka/truststore.jks"}};
+  auto p = Producer::Create(java, reports_.Callback());
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("ssl.ca.location"), std::string::npos)
+      << p.status().ToString();
 }
 
 TEST_F(ProducerTest, OversizedRecordIsInvalidArgumentWithSizeAndLimit) {
