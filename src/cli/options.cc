@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 namespace walrelay::cli {
@@ -63,7 +64,9 @@ Result<std::pair<std::string, std::string>> SplitKv(const OptionSpec& spec,
                                                     const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
-    return InvalidArgumentError(spec.Flag() + ": expected NAME=VALUE, got '" + text + "'");
+    return InvalidArgumentError(spec.Flag() +
+                                ": expected NAME=VALUE, got a value without a name and '=' (not "
+                                "shown: it may hold a secret)");
   }
   return std::make_pair(text.substr(0, eq), text.substr(eq + 1));
 }
@@ -246,18 +249,53 @@ std::vector<OptionSpec> BuildRunOptions() {
                    "(demo and tests only: records live in memory).",
                    &RelayConfig::embedded_kafka));
   {
+    OptionSpec s{"kafka.properties_file",
+                 OptionKind::kString,
+                 "File of librdkafka properties, one NAME=VALUE per line, '#' comments (kcat's "
+                 "-F format); kafka.properties given otherwise win over it. Values are never "
+                 "logged.",
+                 true,
+                 nullptr,
+                 nullptr};
+    s.apply = [s](RelayConfig& c, const Values& v) -> Status {
+      std::ifstream in(v.back());
+      if (!in) return InvalidArgumentError(s.Flag() + ": cannot read '" + v.back() + "'");
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        const size_t first = line.find_first_not_of(" \t");
+        if (first == std::string::npos || line[first] == '#') continue;
+        auto p = SplitKv(s, line.substr(first));
+        if (!p.ok()) {
+          return InvalidArgumentError(s.Flag() + ": '" + v.back() + "' line " +
+                                      std::to_string(n) + ": " + p.status().message());
+        }
+        c.kafka_properties.emplace(p->first, p->second);  // explicit properties win
+      }
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig&) { return std::string("(none)"); };
+    o.push_back(std::move(s));
+  }
+  {
     OptionSpec s{"kafka.properties",
                  OptionKind::kMap,
-                 "Any librdkafka producer property as NAME=VALUE (repeatable; a TOML table). "
-                 "enable.idempotence=true, acks=all and message.timeout.ms=0 (records never "
-                 "time out) cannot be changed.",
+                 "Any librdkafka producer property as NAME=VALUE (repeatable; a TOML table, "
+                 "dotted names quoted or not; in the environment variable several separated "
+                 "by newlines, so values may hold commas). enable.idempotence=true, acks=all "
+                 "and message.timeout.ms=0 (records never time out) cannot be changed.",
                  false,
                  nullptr,
                  nullptr};
     s.apply = [s](RelayConfig& c, const Values& v) -> Status {
-      for (const auto& kv : v) {
-        WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
-        c.kafka_properties[p.first] = p.second;
+      for (const auto& value : v) {
+        std::istringstream lines(value);
+        for (std::string kv; std::getline(lines, kv);) {
+          if (!kv.empty() && kv.back() == '\r') kv.pop_back();
+          if (kv.empty()) continue;
+          WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
+          c.kafka_properties[p.first] = p.second;
+        }
       }
       return Status::Ok();
     };
@@ -418,7 +456,20 @@ Status LoadTomlFile(const std::string& path,
         if (t == nullptr) {
           return InvalidArgumentError("config file " + path + ": '" + key + "' must be a table");
         }
-        for (const auto& [k, v] : *t) raw.push_back(std::string(k.str()) + "=" + ToRaw(v));
+        // Dotted names: `linger.ms = 5` is a nested table in TOML; flatten it back, so
+        // quoted ("linger.ms" = 5) and unquoted names mean the same.
+        std::function<void(const toml::table&, const std::string&)> flatten =
+            [&](const toml::table& table, const std::string& prefix) {
+              for (const auto& [k, v] : table) {
+                const std::string name = prefix + std::string(k.str());
+                if (const toml::table* inner = v.as_table()) {
+                  flatten(*inner, name + ".");
+                } else {
+                  raw.push_back(name + "=" + ToRaw(v));
+                }
+              }
+            };
+        flatten(*t, "");
       } else {
         if (value.is_array() || value.is_table()) {
           return InvalidArgumentError("config file " + path + ": '" + key +

@@ -129,6 +129,51 @@ TEST(OptionsTest, KafkaPropertyValuesMayHoldCommas) {
   EXPECT_EQ(p.config->kafka_properties.at("linger.ms"), "1");
 }
 
+// Several ways to give librdkafka properties (issue 13): unquoted dotted TOML names, a
+// properties file in kcat's -F format (explicit properties win), and several properties in
+// one environment variable separated by newlines, values with commas intact.
+TEST(OptionsTest, KafkaPropertiesFromTomlFileAndEnvironment) {
+  std::string toml = WriteFile(
+      "[source]\ndsn = \"dbname=app\"\n[kafka]\nbootstrap_servers = \"k:9092\"\n"
+      "[kafka.properties]\nlinger.ms = 7\nsasl.mechanism = \"PLAIN\"\n\"batch.size\" = 1000\n");
+  auto p = Parse({"--config", toml});
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->kafka_properties.at("linger.ms"), "7");
+  EXPECT_EQ(p.config->kafka_properties.at("sasl.mechanism"), "PLAIN");
+  EXPECT_EQ(p.config->kafka_properties.at("batch.size"), "1000");
+  std::remove(toml.c_str());
+
+  std::string props = WriteFile(
+      "# kcat -F format\r\nsecurity.protocol=SASL_SSL\r\n\n  sasl.password=s3cret,with=comma\n"
+      "linger.ms=1\n");
+  auto args = kMinimal;
+  args.insert(args.end(), {"--kafka-properties-file", props, "--kafka-property", "linger.ms=9"});
+  p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->kafka_properties.at("security.protocol"), "SASL_SSL");
+  EXPECT_EQ(p.config->kafka_properties.at("sasl.password"), "s3cret,with=comma");
+  EXPECT_EQ(p.config->kafka_properties.at("linger.ms"), "9");
+
+  std::string bad = WriteFile("linger.ms=1\nsasl.password s3cret\n");
+  args = kMinimal;
+  args.insert(args.end(), {"--kafka-properties-file", bad});
+  p = Parse(args);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("line 2"), std::string::npos)
+      << p.config.status().ToString();
+  EXPECT_EQ(p.config.status().message().find("s3cret"), std::string::npos)
+      << p.config.status().ToString();
+  std::remove(props.c_str());
+  std::remove(bad.c_str());
+
+  ::setenv("WALRELAY_KAFKA_PROPERTIES", "debug=broker,topic\nlinger.ms=3", 1);
+  p = Parse(kMinimal);
+  ::unsetenv("WALRELAY_KAFKA_PROPERTIES");
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->kafka_properties.at("debug"), "broker,topic");
+  EXPECT_EQ(p.config->kafka_properties.at("linger.ms"), "3");
+}
+
 // The password travels in the DSN's own form: a keyword after keyword/value pairs, a
 // percent-encoded query parameter in a URI (a keyword appended to a URI made libpq refuse
 // the whole string). libpq must read back exactly the password, whatever it contains.
