@@ -5,8 +5,17 @@
 #include <libpq-fe.h>
 #include <signal.h>
 
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <set>
 #include <thread>
 
@@ -126,6 +135,106 @@ class RelayProcessTest : public ::testing::Test {
   std::string log_;
   std::string last_walsender_pid_;
 };
+
+// Secrets never leave the process (issue 13): a password in a URI DSN, a password file, a
+// secret Kafka property and a misspelt one, through `run` (log, /metrics, /readyz),
+// `setup`, `record`, and `lag` against a database that does not exist (the server's error
+// names the database). No secret may appear anywhere the process writes or serves.
+TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
+  const std::string dir = pg_->socket_dir();
+  const std::string port = std::to_string(pg_->port());
+  // The test cluster trusts local connections: the passwords travel but are not checked.
+  const std::string uri = "postgresql://walrelay:uri-SECRET-1@/postgres?host=" + dir +
+                          "&port=" + port + "&application_name=walrelay";
+  const std::string password_file = dir + "/password";
+  {
+    std::ofstream(password_file) << "file-SECRET-2\n";
+    ::chmod(password_file.c_str(), 0600);
+  }
+  int metrics_port = 0;
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    metrics_port = ntohs(addr.sin_port);
+    ::close(fd);
+  }
+  const std::vector<std::string> secrets = {"uri-SECRET-1", "file-SECRET-2", "kafka-SECRET-3",
+                                            "typo-SECRET-4", "nodb-SECRET-5"};
+  std::string served;
+
+  auto run = Subprocess::Start(
+      {WALRELAY_BINARY, "run", "--source-dsn", uri, "--source-password-file", password_file,
+       "--kafka-bootstrap-servers", kafka_->bootstraps(), "--kafka-property",
+       "sasl.password=kafka-SECRET-3", "--kafka-property", "sasl.username=u",
+       "--ops-metrics-address", "127.0.0.1:" + std::to_string(metrics_port),
+       "--flow-status-interval-ms", "100", "--ops-log-level", "debug"},
+      log_);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'a', 'Paid', '{}')")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run->LogTail();
+  {
+    httplib::Client client("127.0.0.1", metrics_port);
+    for (const char* path : {"/metrics", "/readyz", "/healthz"}) {
+      auto res = client.Get(path);
+      ASSERT_TRUE(res) << path;
+      served += res->body;
+    }
+  }
+  run->Signal(SIGTERM);
+  ASSERT_EQ(run->Wait(30s), 0) << run->LogTail();
+
+  auto typo = Subprocess::Start({WALRELAY_BINARY, "run", "--source-dsn", uri,
+                                 "--kafka-bootstrap-servers", kafka_->bootstraps(),
+                                 "--kafka-property", "sasl.pasword=typo-SECRET-4"},
+                                log_);
+  ASSERT_TRUE(typo.ok());
+  EXPECT_NE(typo->Wait(30s), 0);
+  EXPECT_NE(typo->LogTail().find("sasl.pasword"), std::string::npos) << typo->LogTail();
+
+  auto setup = Subprocess::Start({WALRELAY_BINARY, "setup", "--source-dsn", uri,
+                                  "--source-password-file", password_file, "--source-slot",
+                                  "secrets_setup"},
+                                 log_);
+  ASSERT_TRUE(setup.ok());
+  EXPECT_EQ(setup->Wait(60s), 0) << setup->LogTail();
+
+  const std::string recording = dir + "/secrets.wrr";
+  auto record = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", uri, "-o", recording,
+                                   "--slot", "secrets_setup", "--max-events", "1"},
+                                  log_);
+  ASSERT_TRUE(record.ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'b', 'Paid', '{}')")
+                  .ok());
+  EXPECT_EQ(record->Wait(60s), 0) << record->LogTail();
+
+  const std::string nodb = "postgresql://walrelay:nodb-SECRET-5@/no_such_db?host=" + dir +
+                           "&port=" + port;
+  auto lag = Subprocess::Start({WALRELAY_BINARY, "lag", "--dsn", nodb}, log_);
+  ASSERT_TRUE(lag.ok());
+  EXPECT_EQ(lag->Wait(30s), 3);
+
+  std::ifstream in(log_);
+  std::stringstream all;
+  all << in.rdbuf();
+  const std::string written = all.str();
+  EXPECT_NE(written.find("no_such_db"), std::string::npos) << "lag did not report the database";
+  std::ifstream server_log_in(pg_->server_log_path());
+  std::stringstream server_log;
+  server_log << server_log_in.rdbuf();
+  for (const std::string& secret : secrets) {
+    EXPECT_EQ(written.find(secret), std::string::npos) << secret << " in the output:\n" << written;
+    EXPECT_EQ(served.find(secret), std::string::npos) << secret << " served over HTTP";
+    EXPECT_EQ(server_log.str().find(secret), std::string::npos) << secret << " in the server log";
+  }
+}
 
 TEST_F(RelayProcessTest, KillNineAtRandomMomentsLosesNothing) {
   StartRelay();
