@@ -76,7 +76,8 @@ start_relay() {
 }
 start_ledger() {  # $1 = consumer group
   "$LEDGER" --bootstrap "$BOOTSTRAP" --group "$1" --topic outbox.payment --conninfo "$DSN" \
-    --replay-window-ms 86400000 --inbox-retention-ms 604800000 --stats-interval-ms 1000 \
+    --replay-window-ms 86400000 --inbox-retention-ms 604800000 --describe-configs-timeout-ms 1000 \
+    --stats-interval-ms 1000 \
     --property session.timeout.ms=6000 --property heartbeat.interval.ms=500 \
     >>"$WORKDIR/ledger-$1.log" 2>&1 &
   LEDGER_PID=$!

@@ -94,6 +94,7 @@ t0=$(now)
 PIDS+=($!)
 "$LEDGER" --bootstrap "$BOOT" --group ledger --topic outbox.payment --conninfo "$DSN" \
   --max-connections "${CONNECTIONS:-4}" --replay-window-ms 86400000 --inbox-retention-ms 604800000 \
+  --describe-configs-timeout-ms 1000 \
   --stats-interval-ms 1000 --property session.timeout.ms=6000 \
   --property heartbeat.interval.ms=500 >"$WORK/ledger.log" 2>&1 &
 PIDS+=($!)

@@ -90,7 +90,15 @@ Status InboxConsumer::Impl::Init() {
   if (opt_.inbox_retention.count() != 0) {
     window_ = DescribeReplayWindow(rk_, opt_.topics, opt_.describe_configs_timeout);
     if (!window_ && opt_.replay_window.count() > 0) {
-      window_ = ReplayWindow{opt_.replay_window, false, "configured replay_window"};
+      ReplayWindow configured;
+      configured.window = opt_.replay_window;
+      configured.source = "configured replay_window";
+      window_ = configured;
+      spdlog::info(
+          "inbox: the broker did not describe the topics; using the configured replay window "
+          "{} ms as given: it must cover retention.ms + segment.ms + "
+          "log.retention.check.interval.ms of every topic",
+          opt_.replay_window.count());
     }
     WALRELAY_RETURN_IF_ERROR(CheckInboxRetention(opt_.inbox_retention, window_));
     spdlog::info("inbox: retention {} ms > replay window {} ms ({})", opt_.inbox_retention.count(),

@@ -196,33 +196,59 @@ struct InboxOptions {
   // Retention of inbox rows. Zero keeps rows forever (no retention task). Otherwise it
   // must be longer than the topic's replay window (checked at Create, see
   // CheckInboxRetention), and rows older than this are deleted in batches every
-  // `retention_interval`.
-  std::chrono::milliseconds inbox_retention{std::chrono::hours(24 * 14)};
+  // `retention_interval`. The default outlives a topic with Kafka's defaults (7 days of
+  // retention.ms + 7 of segment.ms + 5 minutes).
+  std::chrono::milliseconds inbox_retention{std::chrono::hours(24 * 15)};
   std::chrono::milliseconds retention_interval{std::chrono::minutes(5)};
   int retention_batch = 5000;
-  // The replay window used when the broker does not answer DescribeConfigs for the
-  // topic's retention.ms (e.g. librdkafka's mock cluster). Zero: unknown (then a
-  // non-zero inbox_retention is refused).
+  // The replay window used, as given, when the broker does not answer DescribeConfigs
+  // (e.g. librdkafka's mock cluster): it must cover retention.ms + segment.ms + the
+  // broker's log.retention.check.interval.ms of the topics (see ReplayWindow). Zero:
+  // unknown (then a non-zero inbox_retention is refused).
   std::chrono::milliseconds replay_window{0};
   std::chrono::milliseconds describe_configs_timeout{5'000};
 };
 
-// What the replay-window check decided from, for logs and tests.
+// How long Kafka can deliver a record again, and what that was computed from.
+// retention.ms is a minimum: a record lives until its segment rolls (segment.ms) and then
+// until retention.ms has passed for the newest record of the segment, and the broker
+// deletes on a check interval (log.retention.check.interval.ms). So
+//   window = retention.ms + segment.ms + check interval   (largest over the topics)
+// A compacted topic (cleanup.policy=compact without delete) keeps the latest record of
+// every key forever; retention.ms = -1 keeps everything forever.
 struct ReplayWindow {
   std::chrono::milliseconds window{0};
-  bool infinite = false;  // retention.ms = -1 on the broker
-  std::string source;     // "broker retention.ms of topic T" or "configured replay_window"
+  bool infinite = false;   // retention.ms = -1 on the broker
+  bool compacted = false;  // cleanup.policy = compact (without delete)
+  // The parts of `window` (zero for a configured window).
+  std::chrono::milliseconds retention{0}, segment{0}, check_interval{0};
+  std::string source;  // "broker configs of topic T" or "configured replay_window"
 };
+
+// Kafka's defaults for what a topic's description may leave out.
+inline constexpr std::chrono::milliseconds kDefaultSegmentMs{7LL * 24 * 3600 * 1000};
+inline constexpr std::chrono::milliseconds kDefaultRetentionCheckIntervalMs{300'000};
+
+// One topic's configuration entries as DescribeConfigs returns them (name, value).
+struct TopicConfigs {
+  std::string topic;
+  std::vector<std::pair<std::string, std::string>> entries;
+};
+
+// The replay window of `topics` (their largest), or nullopt when one of them does not
+// state retention.ms. segment.ms and the check interval default to Kafka's defaults.
+std::optional<ReplayWindow> ReplayWindowFromConfigs(const std::vector<TopicConfigs>& topics);
 
 // THE retention rule (the one place it is decided; Create() calls it).
 // An inbox row is the only memory that a message was handled. If the row is deleted while
 // the message can still be delivered again — a consumer group reset to the earliest
 // offset, a new group, an offset commit lost in a crash long ago replays the topic from
 // its oldest record — the redelivery would be applied a second time. Kafka can replay
-// anything it still holds, i.e. up to the topic's retention.ms. So rows must outlive that:
-// inbox_retention > replay window, else kFailedPrecondition (an operator must raise the
-// inbox retention or lower the topic retention). inbox_retention == 0 (keep forever) is
-// always safe. An unknown window (broker silent, nothing configured) is refused as well.
+// anything it still holds, for the ReplayWindow above. So rows must outlive that:
+// inbox_retention > window, else kFailedPrecondition (an operator must raise the inbox
+// retention or lower the topic's retention.ms / segment.ms). A compacted or infinitely
+// retained topic needs rows kept forever. inbox_retention == 0 (keep forever) is always
+// safe. An unknown window (broker silent, nothing configured) is refused as well.
 Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
                            const std::optional<ReplayWindow>& window);
 
@@ -283,9 +309,10 @@ class InboxConsumer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The topic's replay window from the broker (DescribeConfigs retention.ms, the largest
-// over `topics`), or nullopt when the broker does not answer (kUnavailable-like failures,
-// unsupported request). `rk` is any librdkafka client handle.
+// The topics' replay window from the broker (DescribeConfigs: retention.ms, segment.ms,
+// cleanup.policy; ReplayWindowFromConfigs), or nullopt when the broker does not answer
+// within `timeout` (librdkafka's mock cluster never does), or the request fails. `rk` is any
+// librdkafka client handle.
 std::optional<ReplayWindow> DescribeReplayWindow(rd_kafka_t* rk,
                                                  const std::vector<std::string>& topics,
                                                  std::chrono::milliseconds timeout);

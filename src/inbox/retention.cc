@@ -17,16 +17,44 @@ namespace walrelay::inbox {
 // an inbox row is the only memory that a message was handled; Kafka can deliver a message
 // again for as long as the topic keeps it (group reset, new group, old offset commit lost),
 // so the row must outlive the topic's retention, or a replay is applied twice.
+namespace {
+
+std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+// "retention.ms 604800000 + segment.ms 604800000 + check interval 300000 = 1209900000 ms"
+std::string Arithmetic(const ReplayWindow& w) {
+  if (w.retention.count() == 0 && w.segment.count() == 0) return Ms(w.window);
+  return "retention.ms " + std::to_string(w.retention.count()) + " + segment.ms " +
+         std::to_string(w.segment.count()) + " + check interval " +
+         std::to_string(w.check_interval.count()) + " = " + Ms(w.window);
+}
+
+bool ParseMs(const std::string& text, long long* out) {
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && p == text.data() + text.size();
+}
+
+}  // namespace
+
 Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
                            const std::optional<ReplayWindow>& window) {
   if (inbox_retention.count() == 0) return Status::Ok();  // rows kept forever: always safe
-  const std::string ours = std::to_string(inbox_retention.count()) + " ms";
+  const std::string ours = Ms(inbox_retention);
   if (!window) {
     return FailedPreconditionError(
         "inbox retention " + ours +
         " cannot be checked against the topic's replay window: the broker did not answer "
-        "DescribeConfigs (retention.ms) and no replay_window is configured; configure the "
-        "replay window (the topic's retention.ms) or keep inbox rows forever (retention 0)");
+        "DescribeConfigs and no replay_window is configured; configure the replay window "
+        "(retention.ms + segment.ms + log.retention.check.interval.ms of the topic) or keep "
+        "inbox rows forever (retention 0)");
+  }
+  if (window->compacted) {
+    return FailedPreconditionError(
+        "inbox retention " + ours + ": " + window->source +
+        " is compacted (cleanup.policy=compact): the latest record of every key stays in the "
+        "topic for ever and can be delivered again at any time, and a redelivery after its "
+        "inbox row was deleted would be applied twice; keep inbox rows forever (retention 0) "
+        "or give the topic cleanup.policy=compact,delete or delete");
   }
   if (window->infinite) {
     return FailedPreconditionError(
@@ -37,12 +65,58 @@ Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
   if (inbox_retention <= window->window) {
     return FailedPreconditionError(
         "inbox retention " + ours + " is not longer than the topic's replay window " +
-        std::to_string(window->window.count()) + " ms (" + window->source +
+        Arithmetic(*window) + " (" + window->source +
         "): Kafka could redeliver a message after its inbox row was deleted and it would be "
         "applied twice; raise the inbox retention above the replay window or lower the "
-        "topic's retention.ms");
+        "topic's retention.ms or segment.ms");
   }
   return Status::Ok();
+}
+
+std::optional<ReplayWindow> ReplayWindowFromConfigs(const std::vector<TopicConfigs>& topics) {
+  if (topics.empty()) return std::nullopt;
+  ReplayWindow out;
+  for (const TopicConfigs& t : topics) {
+    std::optional<long long> retention;
+    long long segment = kDefaultSegmentMs.count();
+    std::string policy = "delete";
+    for (const auto& [name, value] : t.entries) {
+      long long ms = 0;
+      if (name == "retention.ms") {
+        if (!ParseMs(value, &ms)) return std::nullopt;
+        retention = ms;
+      } else if (name == "segment.ms") {
+        if (!ParseMs(value, &ms) || ms < 0) return std::nullopt;
+        segment = ms;
+      } else if (name == "cleanup.policy") {
+        policy = value;
+      }
+    }
+    if (!retention) return std::nullopt;
+    const std::string source = "broker configs of topic " + t.topic;
+    const bool compact = policy.find("compact") != std::string::npos;
+    const bool del = policy.find("delete") != std::string::npos;
+    if (compact && !del) {
+      if (!out.compacted) out.source = source;
+      out.compacted = true;
+      continue;
+    }
+    if (*retention < 0) {
+      if (!out.compacted && !out.infinite) out.source = source;
+      out.infinite = true;
+      continue;
+    }
+    const auto window = std::chrono::milliseconds(*retention + segment) +
+                        kDefaultRetentionCheckIntervalMs;
+    if (!out.compacted && !out.infinite && window >= out.window) {
+      out.window = window;
+      out.retention = std::chrono::milliseconds(*retention);
+      out.segment = std::chrono::milliseconds(segment);
+      out.check_interval = kDefaultRetentionCheckIntervalMs;
+      out.source = source + " (check interval: Kafka's default log.retention.check.interval.ms)";
+    }
+  }
+  return out;
 }
 
 std::optional<ReplayWindow> DescribeReplayWindow(rd_kafka_t* rk,
@@ -72,7 +146,7 @@ std::optional<ReplayWindow> DescribeReplayWindow(rd_kafka_t* rk,
                  rd_kafka_event_DescribeConfigs_result(ev)) {
     size_t n = 0;
     const rd_kafka_ConfigResource_t** rs = rd_kafka_DescribeConfigs_result_resources(res, &n);
-    ReplayWindow w;
+    std::vector<TopicConfigs> configs;
     bool all = n == topics.size();
     for (size_t i = 0; i < n && all; ++i) {
       if (rd_kafka_ConfigResource_error(rs[i]) != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -81,30 +155,17 @@ std::optional<ReplayWindow> DescribeReplayWindow(rd_kafka_t* rk,
         all = false;
         break;
       }
+      TopicConfigs t;
+      t.topic = rd_kafka_ConfigResource_name(rs[i]);
       size_t nc = 0;
       const rd_kafka_ConfigEntry_t** entries = rd_kafka_ConfigResource_configs(rs[i], &nc);
-      bool found = false;
       for (size_t j = 0; j < nc; ++j) {
-        if (std::strcmp(rd_kafka_ConfigEntry_name(entries[j]), "retention.ms") != 0) continue;
         const char* v = rd_kafka_ConfigEntry_value(entries[j]);
-        long long ms = 0;
-        if (v == nullptr) break;
-        auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
-        if (ec != std::errc()) break;
-        found = true;
-        const std::string src =
-            std::string("broker retention.ms of topic ") + rd_kafka_ConfigResource_name(rs[i]);
-        if (ms < 0) {
-          w.infinite = true;
-          w.source = src;
-        } else if (!w.infinite && std::chrono::milliseconds(ms) >= w.window) {
-          w.window = std::chrono::milliseconds(ms);
-          w.source = src;
-        }
+        if (v != nullptr) t.entries.emplace_back(rd_kafka_ConfigEntry_name(entries[j]), v);
       }
-      all = all && found;
+      configs.push_back(std::move(t));
     }
-    if (all && n > 0) out = w;
+    if (all) out = ReplayWindowFromConfigs(configs);
   }
   if (ev != nullptr) rd_kafka_event_destroy(ev);
   rd_kafka_AdminOptions_destroy(options);

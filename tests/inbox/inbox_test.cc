@@ -264,19 +264,78 @@ TEST_F(InboxTest, RetentionShorterThanReplayWindowIsRefused) {
 
 // The decision itself, including the broker path the mock cannot exercise.
 TEST(CheckInboxRetentionTest, BrokerWindow) {
-  const ReplayWindow week{std::chrono::hours(24 * 7), false, "broker retention.ms of topic t"};
+  ReplayWindow week;
+  week.window = std::chrono::hours(24 * 7);
+  week.source = "broker configs of topic t";
   Status st = CheckInboxRetention(std::chrono::hours(24), week);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("broker retention.ms of topic t"), std::string::npos);
+  EXPECT_NE(st.message().find("broker configs of topic t"), std::string::npos);
   EXPECT_EQ(CheckInboxRetention(std::chrono::hours(24 * 7), week).code(),
             StatusCode::kFailedPrecondition);  // equal is not longer
   EXPECT_TRUE(CheckInboxRetention(std::chrono::hours(24 * 8), week).ok());
-  const ReplayWindow forever{0ms, true, "broker retention.ms of topic t"};
+  ReplayWindow forever;
+  forever.infinite = true;
+  forever.source = "broker configs of topic t";
   EXPECT_EQ(CheckInboxRetention(std::chrono::hours(24 * 365), forever).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_TRUE(CheckInboxRetention(0ms, forever).ok());
   EXPECT_TRUE(CheckInboxRetention(0ms, std::nullopt).ok());
   EXPECT_EQ(CheckInboxRetention(1ms, std::nullopt).code(), StatusCode::kFailedPrecondition);
+}
+
+// Issue 11: retention.ms is a minimum. A record lives until its segment rolls (segment.ms)
+// plus retention.ms plus the broker's check interval; a compacted topic keeps the latest
+// record per key forever. The window is computed from all of it.
+TEST(CheckInboxRetentionTest, WindowIsRetentionPlusSegmentPlusCheckInterval) {
+  using std::chrono::hours;
+  const auto day = hours(24);
+  // retention.ms = 7 days, segment.ms left out: Kafka's default of 7 days.
+  auto w = ReplayWindowFromConfigs({{"payments", {{"retention.ms", "604800000"}}}});
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->window, 14 * day + kDefaultRetentionCheckIntervalMs);
+  EXPECT_EQ(w->segment, kDefaultSegmentMs);
+  // 8 days outlives retention.ms alone, not retention + segment: refused, with the sum.
+  Status st = CheckInboxRetention(8 * day, w);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("retention.ms 604800000 + segment.ms 604800000 + check interval "
+                              "300000 = 1209900000 ms"),
+            std::string::npos)
+      << st.message();
+  EXPECT_TRUE(CheckInboxRetention(15 * day, w).ok());
+  // An explicit segment.ms counts; the largest window of several topics wins.
+  w = ReplayWindowFromConfigs({{"a", {{"retention.ms", "86400000"}, {"segment.ms", "3600000"}}},
+                               {"b", {{"segment.ms", "86400000"}, {"retention.ms", "172800000"}}}});
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->window, 3 * day + kDefaultRetentionCheckIntervalMs);
+  EXPECT_NE(w->source.find("topic b"), std::string::npos);
+  // Compacted: refused unless rows are kept forever, whatever the retention.
+  w = ReplayWindowFromConfigs(
+      {{"a", {{"retention.ms", "86400000"}}},
+       {"ledger", {{"retention.ms", "86400000"}, {"cleanup.policy", "compact"}}}});
+  ASSERT_TRUE(w.has_value());
+  EXPECT_TRUE(w->compacted);
+  st = CheckInboxRetention(hours(24 * 3650), w);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("compacted"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("topic ledger"), std::string::npos) << st.message();
+  EXPECT_TRUE(CheckInboxRetention(std::chrono::milliseconds(0), w).ok());
+  // compact,delete deletes by time as well: a finite window.
+  w = ReplayWindowFromConfigs({{"a",
+                                {{"retention.ms", "86400000"},
+                                 {"segment.ms", "86400000"},
+                                 {"cleanup.policy", "compact,delete"}}}});
+  ASSERT_TRUE(w.has_value());
+  EXPECT_FALSE(w->compacted);
+  EXPECT_TRUE(CheckInboxRetention(3 * day, w).ok());
+  // retention.ms = -1: infinite.
+  w = ReplayWindowFromConfigs({{"a", {{"retention.ms", "-1"}}}});
+  ASSERT_TRUE(w.has_value());
+  EXPECT_TRUE(w->infinite);
+  EXPECT_FALSE(CheckInboxRetention(hours(24 * 3650), w).ok());
+  // A topic without retention.ms, or with a value that is not a number: unknown.
+  EXPECT_FALSE(ReplayWindowFromConfigs({{"a", {{"segment.ms", "1"}}}}).has_value());
+  EXPECT_FALSE(ReplayWindowFromConfigs({{"a", {{"retention.ms", "7d"}}}}).has_value());
+  EXPECT_FALSE(ReplayWindowFromConfigs({}).has_value());
 }
 
 // The mock does not answer DescribeConfigs: DescribeReplayWindow says "unknown" (nullopt)

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   int64_t replay_ms = 0;
   int64_t stats_ms = 0;
   int64_t batch_wait_ms = opt.batch_max_wait.count();
+  int64_t describe_ms = opt.describe_configs_timeout.count();
   app.add_option("--bootstrap", opt.bootstrap_servers, "Kafka bootstrap servers")->required();
   app.add_option("--group", opt.group_id, "Kafka consumer group")->required();
   app.add_option("--topic", opt.topics, "Topic to consume (repeatable)")->required();
@@ -63,6 +64,11 @@ int main(int argc, char** argv) {
                  "Wait at most this long for a batch to fill (0: take what is queued)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--describe-configs-timeout-ms", describe_ms,
+                 "How long to wait for the broker to describe the topics' retention (the dev "
+                 "broker never answers: then --replay-window-ms is used)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--property", props, "librdkafka consumer property KEY=VALUE (repeatable)");
   app.add_option("--stats-interval-ms", stats_ms, "Print stats every N ms (0: only at exit)");
   CLI11_PARSE(app, argc, argv);
@@ -77,6 +83,7 @@ int main(int argc, char** argv) {
   opt.inbox_retention = std::chrono::milliseconds(retention_ms);
   opt.replay_window = std::chrono::milliseconds(replay_ms);
   opt.batch_max_wait = std::chrono::milliseconds(batch_wait_ms);
+  opt.describe_configs_timeout = std::chrono::milliseconds(describe_ms);
 
   // Block the stop signals before any thread starts; a watcher thread turns them into Stop().
   sigset_t stop_signals;
