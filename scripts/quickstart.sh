@@ -126,9 +126,9 @@ while kill -0 "$WRITER" 2>/dev/null; do
     start_relay
     injected_relay=1
   fi
-  # The ledger crash must land mid-stream: a ledger needs ~9 s to start against the
-  # development Kafka (its DescribeConfigs is never answered: 6 s timeout; then the group
-  # join), so wait until it has applied something, not only for 2/3 of the writes.
+  # The ledger crash must land mid-stream: a ledger needs ~4 s to start against the
+  # development Kafka (its DescribeConfigs is never answered: 1 s timeout here; then ~3 s
+  # of group join), so wait until it has applied something, not only for 2/3 of the writes.
   applied_now=$(psql -Atc "SELECT count(*) FROM wallet_credit" 2>/dev/null || echo 0)
   if [ "$injected_ledger" = 0 ] && [ "$written" -ge $((2 * EVENTS / 3)) ] &&
     [ "${applied_now:-0}" -gt 0 ]; then
