@@ -103,6 +103,12 @@ progress() {
 say "5/7 billing writes $EVENTS payments (payment + outbox row per transaction); relay and ledger run"
 start_relay
 start_ledger ledger
+# Services run before traffic arrives: let the ledger join its group first (~4 s against
+# the development Kafka), so it applies payments while the writer is still writing.
+for _ in $(seq 300); do
+  grep -q "inbox: assigned" "$WORKDIR/ledger-ledger.log" 2>/dev/null && break
+  sleep 0.1
+done
 cat >"$WORKDIR/billing.sql" <<SQL
 SELECT format('WITH p AS (INSERT INTO payments (wallet, amount, seq) VALUES (%L, %s, %s) RETURNING *)
 INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
