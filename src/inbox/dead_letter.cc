@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "base/headers.h"
 #include "base/json.h"
 #include "src/inbox/impl.h"
 #include "src/inbox/pg.h"
@@ -127,15 +128,15 @@ Status InboxConsumer::Impl::ProduceDeadLetter(const InboxMessage& msg, const std
   std::lock_guard lock(dlq_mu_);
   const std::string partition = std::to_string(msg.partition);
   const std::string offset = std::to_string(msg.offset);
-  std::vector<kafka::Header> headers;
-  for (const auto& [n, v] : msg.headers) headers.push_back({n, v});
-  headers.push_back({"walrelay.dlq.reason", reason});
-  headers.push_back({"walrelay.dlq.consumer", opt_.consumer_name});
-  headers.push_back({"walrelay.dlq.source_topic", msg.topic});
-  headers.push_back({"walrelay.dlq.source_partition", partition});
-  headers.push_back({"walrelay.dlq.source_offset", offset});
+  std::vector<kafka::Header> out;
+  for (const auto& [n, v] : msg.headers) out.push_back({n, v});
+  out.push_back({headers::kDlqReason, reason});
+  out.push_back({headers::kDlqConsumer, opt_.consumer_name});
+  out.push_back({headers::kDlqSourceTopic, msg.topic});
+  out.push_back({headers::kDlqSourcePartition, partition});
+  out.push_back({headers::kDlqSourceOffset, offset});
   dlq_result_ = UnavailableError("dead letter not acknowledged");
-  Status st = dlq_->Produce(opt_.dead_letter_topic, msg.key, msg.value, headers, 0);
+  Status st = dlq_->Produce(opt_.dead_letter_topic, msg.key, msg.value, out, 0);
   if (st.ok()) st = dlq_->Flush(opt_.dead_letter_timeout + 5s);
   if (st.ok()) st = dlq_result_;
   if (!st.ok()) {

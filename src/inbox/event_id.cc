@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include "base/headers.h"
+
 namespace walrelay::inbox {
 
 // An event id usable as an inbox key (text in a btree): kDataLoss naming `what`.
@@ -23,7 +25,7 @@ Status ValidateEventId(std::string_view id, std::string_view what) {
 // Poison detection: the event id, from the header or the JSON envelope. kDataLoss = the
 // dead-letter reason.
 Result<std::string> ExtractEventId(const InboxMessage& m) {
-  if (auto h = m.Header("event_id")) {
+  if (auto h = m.Header(headers::kEventId)) {
     if (h->empty()) return DataLossError("poison: empty event_id header");
     if (Status st = ValidateEventId(*h, "the event id in the event_id header"); !st.ok()) {
       return DataLossError("poison: " + st.message());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/headers.h"
 #include "base/json.h"
 #include "base/sql.h"
 
@@ -63,9 +64,11 @@ bool ReservedHeaderName(std::string_view name) {
     return a.size() == b.size() &&
            std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return lower(x) == y; });
   };
-  constexpr std::string_view kPrefix = "walrelay.";
-  return equals(name, "event_id") || equals(name, "event_type") || equals(name, "aggregate_type") ||
-         (name.size() >= kPrefix.size() && equals(name.substr(0, kPrefix.size()), kPrefix));
+  constexpr std::string_view kPrefix = headers::kReservedPrefix;
+  for (std::string_view written : headers::kRelayHeaders) {
+    if (equals(name, written)) return true;
+  }
+  return name.size() >= kPrefix.size() && equals(name.substr(0, kPrefix.size()), kPrefix);
 }
 
 bool ValidTopicName(std::string_view t) {

@@ -8,6 +8,7 @@
 
 #include "slot/wire.h"
 #include "src/relay/position.h"
+#include "src/relay/record_headers.h"
 
 namespace walrelay::relay {
 
@@ -110,9 +111,9 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
       l.ordinal = position->ordinal;
       l.xid = position->xid;
     }
-    l.event_id = record.Header("event_id");
+    l.event_id = record.Header(headers::kEventId);
     l.aggregate_id = record.key();
-    l.event_type = record.Header("event_type");
+    l.event_type = record.Header(headers::kEventType);
     l.topic = record.topic();
     l.payload = record.value();
     l.reason = reason;
@@ -234,11 +235,6 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
     ++tx_ordinal_;
     return Status::Ok();
   }
-  headers_.clear();
-  headers_.push_back({"event_id", event_.event_id});
-  headers_.push_back({"event_type", event_.event_type});
-  if (!event_.aggregate_type.empty()) headers_.push_back({"aggregate_type", event_.aggregate_type});
-  for (const auto& [name, value] : event_.extra_headers) headers_.push_back({name, value});
   SourcePosition position;
   position.lsn = tx_commit_lsn_;
   position.ordinal = tx_ordinal_;
@@ -246,7 +242,7 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   position.commit_time_us = tx_commit_time_us_;
   position.source = source;
   FormatPosition(position, &position_text_);
-  headers_.push_back({kPositionHeader, position_text_});
+  RecordHeaders(event_, position_text_, &headers_);
   const uint64_t token = tracker_.AddEvent(tx_);
   Status st = sink_.Produce(event_.topic, event_.key, event_.value, headers_, token);
   if (st.code() == StatusCode::kInvalidArgument) {

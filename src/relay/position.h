@@ -21,11 +21,12 @@
 #include <string>
 #include <string_view>
 
+#include "base/headers.h"
 #include "base/lsn.h"
 
 namespace walrelay::relay {
 
-inline constexpr std::string_view kPositionHeader = "walrelay.position";
+inline constexpr std::string_view kPositionHeader = headers::kPosition;
 
 struct SourcePosition {
   Lsn lsn;

@@ -9,6 +9,7 @@
 #include "slot/pg_error.h"
 #include "src/relay/outbox_mapper.h"
 #include "src/relay/position.h"
+#include "src/relay/record_headers.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
@@ -127,9 +128,9 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
           }
           l.recovered = true;
           l.commit_lsn = consistent_point;
-          l.event_id = record->Header("event_id");
+          l.event_id = record->Header(headers::kEventId);
           l.aggregate_id = record->key();
-          l.event_type = record->Header("event_type");
+          l.event_type = record->Header(headers::kEventType);
           l.topic = record->topic();
           l.payload = record->value();
           l.reason = refused_reason;
@@ -225,19 +226,13 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
           ++result.dead_lettered;
           continue;
         }
-        headers.clear();
-        headers.push_back({"event_id", event.event_id});
-        headers.push_back({"event_type", event.event_type});
-        if (!event.aggregate_type.empty())
-          headers.push_back({"aggregate_type", event.aggregate_type});
-        for (const auto& [name, value] : event.extra_headers) headers.push_back({name, value});
         SourcePosition position;
         position.lsn = consistent_point;
         position.ordinal = ordinal;
         position.recovered = true;
         position.source = table;
         FormatPosition(position, &position_text);
-        headers.push_back({kPositionHeader, position_text});
+        RecordHeaders(event, position_text, &headers);
         ++ordinal;
         while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
           sink.Poll(std::chrono::milliseconds(10));

@@ -1,0 +1,34 @@
+// The Kafka header names of walrelay's records: the one list, shared by the relay (which
+// writes them), the inbox library (which reads the event id and writes dead-letter
+// records) and the contract for consumers in other languages (docs/inbox-contract.md,
+// checked against this file by tests/relay/contract_test.cc).
+#pragma once
+
+#include <array>
+#include <string_view>
+
+namespace walrelay::headers {
+
+// On every record the relay publishes, in this order (the row's own headers, from its
+// headers column or envelope, come between aggregate_type and walrelay.position).
+inline constexpr std::string_view kEventId = "event_id";              // the dedup key
+inline constexpr std::string_view kEventType = "event_type";
+inline constexpr std::string_view kAggregateType = "aggregate_type";  // only when set
+inline constexpr std::string_view kPosition = "walrelay.position";    // src/relay/position.h
+inline constexpr std::array<std::string_view, 4> kRelayHeaders = {kEventId, kEventType,
+                                                                  kAggregateType, kPosition};
+
+// Names a row may not use for its own headers (any ASCII case): the ones above and every
+// name under this prefix.
+inline constexpr std::string_view kReservedPrefix = "walrelay.";
+
+// Added by the inbox library to a dead-letter topic record, after the original headers.
+inline constexpr std::string_view kDlqReason = "walrelay.dlq.reason";
+inline constexpr std::string_view kDlqConsumer = "walrelay.dlq.consumer";
+inline constexpr std::string_view kDlqSourceTopic = "walrelay.dlq.source_topic";
+inline constexpr std::string_view kDlqSourcePartition = "walrelay.dlq.source_partition";
+inline constexpr std::string_view kDlqSourceOffset = "walrelay.dlq.source_offset";
+inline constexpr std::array<std::string_view, 5> kDeadLetterHeaders = {
+    kDlqReason, kDlqConsumer, kDlqSourceTopic, kDlqSourcePartition, kDlqSourceOffset};
+
+}  // namespace walrelay::headers

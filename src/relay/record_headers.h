@@ -1,0 +1,21 @@
+// The Kafka headers of a published event, in the order of the contract
+// (docs/inbox-contract.md; names in base/headers.h): event_id, event_type, aggregate_type
+// (when set), the row's own headers, walrelay.position. The one place they are put
+// together: the live pipeline and lost-slot recovery both call it.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "src/kafka/producer.h"
+#include "src/relay/outbox_mapper.h"
+
+namespace walrelay::relay {
+
+// Replaces *out with the headers of `event` (views into `event` and `position`, which
+// must outlive the use of *out). `position` is the walrelay.position value
+// (FormatPosition). Allocation-free once *out has capacity.
+void RecordHeaders(const OutboxEvent& event, std::string_view position,
+                   std::vector<kafka::Header>* out);
+
+}  // namespace walrelay::relay
