@@ -1,0 +1,165 @@
+// The inbox contract (docs/inbox-contract.md) against the code: the header tables of the
+// document list exactly the names of base/headers.h, in order, and a record the real
+// Pipeline produces carries exactly the documented headers (plus the row's own).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/headers.h"
+#include "src/relay/dead_letter.h"
+#include "src/relay/pipeline.h"
+#include "tests/decoder/wire_builder.h"
+
+namespace walrelay::relay {
+namespace {
+
+namespace wire = pgoutput::testing::wire;
+using pgoutput::testing::Null;
+using pgoutput::testing::Text;
+
+std::string ReadContract() {
+  std::ifstream in(std::string(WALRELAY_SOURCE_DIR) + "/docs/inbox-contract.md");
+  EXPECT_TRUE(in) << "docs/inbox-contract.md missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The first column (a `name` in backticks) of the first table after `heading`.
+std::vector<std::string> TableNames(const std::string& doc, const std::string& heading) {
+  std::vector<std::string> names;
+  size_t at = doc.find("\n" + heading + "\n");
+  EXPECT_NE(at, std::string::npos) << "no heading '" << heading << "'";
+  if (at == std::string::npos) return names;
+  std::istringstream lines(doc.substr(at + heading.size() + 2));
+  bool in_table = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("#")) break;
+    if (!line.starts_with("|")) {
+      if (in_table) break;
+      continue;
+    }
+    in_table = true;
+    if (!line.starts_with("| `")) continue;  // the header row and the separator
+    const size_t end = line.find('`', 3);
+    names.push_back(line.substr(3, end - 3));
+  }
+  return names;
+}
+
+std::vector<std::string> Strings(std::span<const std::string_view> names) {
+  return {names.begin(), names.end()};
+}
+
+TEST(ContractTest, DocumentedHeadersAreTheHeadersInCode) {
+  const std::string doc = ReadContract();
+  EXPECT_EQ(TableNames(doc, "### Record headers"), Strings(headers::kRelayHeaders));
+}
+
+// The dead-letter header table sits in section 5, after the paragraph about the record.
+TEST(ContractTest, DocumentedDeadLetterHeadersAreTheHeadersInCode) {
+  const std::string doc = ReadContract();
+  const size_t section = doc.find("## 5. Poison messages and dead letters");
+  ASSERT_NE(section, std::string::npos);
+  const size_t record = doc.find("**The record**", section);
+  ASSERT_NE(record, std::string::npos);
+  std::vector<std::string> names;
+  std::istringstream lines(doc.substr(record));
+  bool in_table = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("|")) {
+      if (in_table) break;
+      continue;
+    }
+    in_table = true;
+    if (line.starts_with("| `")) names.push_back(line.substr(3, line.find('`', 3) - 3));
+  }
+  EXPECT_EQ(names, Strings(headers::kDeadLetterHeaders));
+}
+
+// One transaction with one outbox row (aggregate_type set, one header of its own).
+class OneRowSource : public slot::FrameSource {
+ public:
+  Result<slot::Frame> Read(std::chrono::milliseconds) override {
+    slot::Frame f;
+    const uint64_t lsn = 0x1000000;
+    switch (step_++) {
+      case 0:
+        data_ = wire::OutboxRelation(16384);
+        break;
+      case 1:
+        data_ = wire::Begin(lsn, 0, 700);
+        break;
+      case 2:
+        data_ = wire::Insert({}, 16384,
+                             {Text("1"), Text("0190a0c4-7d2e-7000-8000-000000000001"),
+                              Text("payment"), Text("agg-1"), Null(), Text("PaymentCaptured"),
+                              Text("{}"), Text(R"({"trace_id": "t-1"})"),
+                              Text("2026-12-03 09:00:00+00")});
+        break;
+      case 3:
+        data_ = wire::Commit(lsn, lsn + 10, 0);
+        break;
+      default:
+        f.kind = slot::Frame::Kind::kEndOfStream;
+        return f;
+    }
+    f.kind = slot::Frame::Kind::kXLogData;
+    f.xlog.wal_start = Lsn(lsn);
+    f.xlog.wal_end = Lsn(lsn);
+    f.xlog.data = data_;
+    return f;
+  }
+  Status SendStatus(Lsn, Lsn, Lsn, bool) override { return Status::Ok(); }
+
+ private:
+  int step_ = 0;
+  std::string data_;
+};
+
+class CapturingSink : public RecordSink {
+ public:
+  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
+  Status Produce(std::string_view, std::string_view, std::string_view,
+                 std::span<const kafka::Header> headers, uint64_t) override {
+    std::vector<std::string> names;
+    for (const auto& h : headers) names.emplace_back(h.name);
+    produced.push_back(std::move(names));
+    return Status::Ok();
+  }
+  int Poll(std::chrono::milliseconds) override { return 0; }
+  Status Flush(std::chrono::milliseconds) override { return DeadlineExceededError("held"); }
+  Status Fatal() const override { return Status::Ok(); }
+  std::vector<std::vector<std::string>> produced;
+
+ private:
+  DeliveryHandler handler_;
+};
+
+TEST(ContractTest, AProducedRecordCarriesExactlyTheDocumentedHeaders) {
+  RelayConfig config;
+  config.shutdown_timeout = std::chrono::milliseconds(0);
+  RelayStats stats;
+  OneRowSource source;
+  CapturingSink sink;
+  LoggingDeadLetterSink dead_letters;
+  Pipeline::Options options;
+  options.end_of_stream_is_error = false;
+  {
+    Pipeline pipeline(config, stats, source, sink, dead_letters, options);
+    std::atomic<bool> stop{false};
+    ASSERT_TRUE(pipeline.Run(stop).ok());
+  }
+  ASSERT_EQ(sink.produced.size(), 1u);
+  std::vector<std::string> documented = TableNames(ReadContract(), "### Record headers");
+  ASSERT_FALSE(documented.empty());
+  // The row's own headers come right before walrelay.position (the last one).
+  documented.insert(documented.end() - 1, "trace_id");
+  EXPECT_EQ(sink.produced[0], documented);
+}
+
+}  // namespace
+}  // namespace walrelay::relay
