@@ -12,6 +12,7 @@
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
 #include "tests/decoder/wire_builder.h"
+#include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {
 namespace {
@@ -84,7 +85,6 @@ TEST(ContractTest, DocumentedDeadLetterHeadersAreTheHeadersInCode) {
 class OneRowSource : public slot::FrameSource {
  public:
   Result<slot::Frame> Read(std::chrono::milliseconds) override {
-    slot::Frame f;
     const uint64_t lsn = 0x1000000;
     switch (step_++) {
       case 0:
@@ -104,14 +104,9 @@ class OneRowSource : public slot::FrameSource {
         data_ = wire::Commit(lsn, lsn + 10, 0);
         break;
       default:
-        f.kind = slot::Frame::Kind::kEndOfStream;
-        return f;
+        return testing::EndOfStream();
     }
-    f.kind = slot::Frame::Kind::kXLogData;
-    f.xlog.wal_start = Lsn(lsn);
-    f.xlog.wal_end = Lsn(lsn);
-    f.xlog.data = data_;
-    return f;
+    return testing::XLogFrame(Lsn(lsn), data_);
   }
   Status SendStatus(Lsn, Lsn, Lsn, bool) override { return Status::Ok(); }
 
@@ -120,31 +115,12 @@ class OneRowSource : public slot::FrameSource {
   std::string data_;
 };
 
-class CapturingSink : public RecordSink {
- public:
-  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
-  Status Produce(std::string_view, std::string_view, std::string_view,
-                 std::span<const kafka::Header> headers, uint64_t) override {
-    std::vector<std::string> names;
-    for (const auto& h : headers) names.emplace_back(h.name);
-    produced.push_back(std::move(names));
-    return Status::Ok();
-  }
-  int Poll(std::chrono::milliseconds) override { return 0; }
-  Status Flush(std::chrono::milliseconds) override { return DeadlineExceededError("held"); }
-  Status Fatal() const override { return Status::Ok(); }
-  std::vector<std::vector<std::string>> produced;
-
- private:
-  DeliveryHandler handler_;
-};
-
 TEST(ContractTest, AProducedRecordCarriesExactlyTheDocumentedHeaders) {
   RelayConfig config;
   config.shutdown_timeout = std::chrono::milliseconds(0);
   RelayStats stats;
   OneRowSource source;
-  CapturingSink sink;
+  testing::HoldingSink sink;
   LoggingDeadLetterSink dead_letters;
   Pipeline::Options options;
   options.end_of_stream_is_error = false;
@@ -153,12 +129,12 @@ TEST(ContractTest, AProducedRecordCarriesExactlyTheDocumentedHeaders) {
     std::atomic<bool> stop{false};
     ASSERT_TRUE(pipeline.Run(stop).ok());
   }
-  ASSERT_EQ(sink.produced.size(), 1u);
+  ASSERT_EQ(sink.header_names.size(), 1u);
   std::vector<std::string> documented = TableNames(ReadContract(), "### Record headers");
   ASSERT_FALSE(documented.empty());
   // The row's own headers come right before walrelay.position (the last one).
   documented.insert(documented.end() - 1, "trace_id");
-  EXPECT_EQ(sink.produced[0], documented);
+  EXPECT_EQ(sink.header_names[0], documented);
 }
 
 }  // namespace

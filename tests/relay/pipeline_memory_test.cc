@@ -10,6 +10,7 @@
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
 #include "tests/decoder/wire_builder.h"
+#include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {
 namespace {
@@ -17,6 +18,7 @@ namespace {
 namespace wire = pgoutput::testing::wire;
 using pgoutput::testing::Null;
 using pgoutput::testing::Text;
+using testing::HoldingSink;
 
 // Resident set size of this process in bytes (VmRSS), or 0 when unknown.
 int64_t ResidentBytes() {
@@ -37,7 +39,6 @@ class ScriptedSource : public slot::FrameSource {
  public:
   explicit ScriptedSource(uint64_t empty) : empty_(empty) {}
   Result<slot::Frame> Read(std::chrono::milliseconds) override {
-    slot::Frame f;
     // Transaction i commits at kBase + 100 i (its Begin's final LSN) and ends 10 later.
     const uint64_t tx = step_ < 4 ? 0 : 1 + (step_ - 4) / 2;
     const uint64_t lsn = 0x1000000 + tx * 100;
@@ -64,16 +65,9 @@ class ScriptedSource : public slot::FrameSource {
         data_ = wire::Commit(lsn, lsn + 10, 0);
         break;
     }
-    if (step_ >= 4 + 2 * empty_) {
-      f.kind = slot::Frame::Kind::kEndOfStream;
-      return f;
-    }
+    if (step_ >= 4 + 2 * empty_) return testing::EndOfStream();
     ++step_;
-    f.kind = slot::Frame::Kind::kXLogData;
-    f.xlog.wal_start = Lsn(lsn);
-    f.xlog.wal_end = Lsn(lsn);
-    f.xlog.data = data_;
-    return f;
+    return testing::XLogFrame(Lsn(lsn), data_);
   }
   Status SendStatus(Lsn, Lsn flush, Lsn, bool) override {
     last_flush = flush;
@@ -85,25 +79,6 @@ class ScriptedSource : public slot::FrameSource {
   const uint64_t empty_;
   uint64_t step_ = 0;
   std::string data_;
-};
-
-// Accepts every record and never acknowledges one (a broker that is down).
-class HoldingSink : public RecordSink {
- public:
-  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
-  Status Produce(std::string_view, std::string_view, std::string_view,
-                 std::span<const kafka::Header>, uint64_t) override {
-    ++produced;
-    return Status::Ok();
-  }
-  int Poll(std::chrono::milliseconds) override { return 0; }
-  Status Flush(std::chrono::milliseconds) override { return DeadlineExceededError("held"); }
-  Status Fatal() const override { return Status::Ok(); }
-  bool has_handler() const { return static_cast<bool>(handler_); }
-  int produced = 0;
-
- private:
-  DeliveryHandler handler_;
 };
 
 TEST(PipelineMemoryTest, MillionEmptyTransactionsBehindOneUnackedEvent) {
