@@ -95,7 +95,10 @@ void Answer(const Status& st) {
 int main(int argc, char** argv) {
   CLI::App app{
       "walrelay-devbroker: an in-process mock Kafka cluster (librdkafka rdkafka_mock) for\n"
-      "development and fault tests. Not a real broker: no persistence, no retention.\n"
+      "development and fault tests. Not a real broker: no persistence, and each partition\n"
+      "keeps only its newest ~5 MB (librdkafka's mock drops older records as a short\n"
+      "retention would; a consumer that starts late never sees them): give large runs\n"
+      "enough partitions.\n"
       "Prints 'bootstrap=HOST:PORT,...' on stdout when ready and serves until SIGTERM or\n"
       "SIGINT (exit 0). While stdin is open, reads commands, one per line, answering 'ok'\n"
       "or 'error: ...':\n"
