@@ -307,6 +307,33 @@ Result<std::string> SessionOptions(std::string_view conninfo, const SessionSetti
   return options;
 }
 
+std::string WithPassword(std::string_view conninfo, std::string_view password) {
+  std::string out(conninfo);
+  if (password.empty()) return out;
+  if (conninfo.starts_with("postgresql://") || conninfo.starts_with("postgres://")) {
+    out += conninfo.find('?') == std::string_view::npos ? "?password=" : "&password=";
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (unsigned char ch : password) {
+      if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+        out += static_cast<char>(ch);
+      } else {
+        out += '%';
+        out += kHex[ch >> 4];
+        out += kHex[ch & 15];
+      }
+    }
+    return out;
+  }
+  out += out.empty() ? "password='" : " password='";
+  for (char ch : password) {
+    if (ch == '\'' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  out += "'";
+  return out;
+}
+
 Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
                             std::string_view context, const SessionSettings& settings) {
   const std::string ci(conninfo);

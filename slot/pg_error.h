@@ -150,6 +150,11 @@ inline constexpr SessionSettings kRelaySession{.local_commit = true,
 // kInvalidArgument when `conninfo` does not parse.
 Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings);
 
+// `conninfo` with `password` added in its own form: a quoted keyword after keyword/value
+// pairs, a percent-encoded query parameter of a URI (a keyword appended to a URI makes
+// libpq refuse the whole string). `conninfo` unchanged when `password` is empty.
+std::string WithPassword(std::string_view conninfo, std::string_view password);
+
 // Connects with `conninfo` (keyword/value or URI) and `replication` forced to the given
 // value ("database" or "false"; nullptr = as `conninfo` says); application_name defaults to
 // "walrelay". `settings` are applied as SessionOptions describes (none by default).

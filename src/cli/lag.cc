@@ -16,6 +16,7 @@
 
 #include "base/json.h"
 #include "slot/slot_admin.h"
+#include "src/cli/options.h"
 #include "src/metrics/registry.h"
 #include "src/relay/metric_names.h"
 #include "src/relay/slot_guard.h"
@@ -264,6 +265,10 @@ LagCommand::LagCommand(CLI::App* parent) {
   app_->add_option("--dsn", dsn_,
                    "libpq conninfo or URI of the server. Default: $WALRELAY_SOURCE_DSN, else "
                    "libpq's PGHOST/PGPORT/PGUSER/PGDATABASE/PGPASSWORD");
+  app_->add_option("--password-file", password_file_,
+                   "File whose first line is the password (owner-only, like .pgpass); never "
+                   "logged")
+      ->envname("WALRELAY_SOURCE_PASSWORD_FILE");
   app_->add_option("--warn", warn_,
                    "Warn when a slot retains this much WAL: bytes with a unit (512MB, 1GB; "
                    "1024-based) or a fraction of max_slot_wal_keep_size (0.5, 50%)");
@@ -299,7 +304,15 @@ int LagCommand::Run() const {
       return kLagExitUnknown;
     }
   }
-  const std::string dsn = ResolveDsn(dsn_);
+  std::string dsn = ResolveDsn(dsn_);
+  if (!password_file_.empty()) {
+    Result<std::string> password = ReadPasswordFile(password_file_);
+    if (!password.ok()) {
+      std::cerr << "walrelay lag: --password-file: " << password.status().message() << "\n";
+      return kLagExitUnknown;
+    }
+    dsn = slot::WithPassword(dsn, *password);
+  }
   const bool watch = watch_seconds_ > 0;
   if (watch) {
     struct sigaction sa {};

@@ -52,6 +52,7 @@ class LagCommand {
  private:
   CLI::App* app_;
   std::string dsn_;
+  std::string password_file_;
   double watch_seconds_ = 0;
   bool json_ = false;
   bool prometheus_ = false;

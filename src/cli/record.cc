@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "slot/pg_error.h"
 #include "slot/replication_connection.h"
 #include "slot/slot_admin.h"
 #include "slot/wire.h"
@@ -64,6 +65,10 @@ RecordCommand::RecordCommand(CLI::App* parent) {
       "file for `walrelay replay`. Does not advance the slot unless --advance.");
   app_->add_option("--dsn", dsn_, "libpq connection string of the source database")
       ->envname("WALRELAY_SOURCE_DSN");
+  app_->add_option("--password-file", password_file_,
+                   "File whose first line is the password (owner-only, like .pgpass); never "
+                   "logged")
+      ->envname("WALRELAY_SOURCE_PASSWORD_FILE");
   app_->add_option("-o,--output", output_, "Recording file to write (truncated)")->required();
   app_->add_option("--slot", slot_,
                    "Logical slot to read; when missing, created TEMPORARY (dropped when the "
@@ -109,11 +114,17 @@ int RecordCommand::Run() const {
   if (Status st = slot::ValidateSlotName(slot_); !st.ok()) return fail(st.message(), 2);
   const bool wal2json = plugin_ == "wal2json";
 
-  auto admin = slot::SlotAdmin::Connect(dsn_);
+  std::string dsn = dsn_;
+  if (!password_file_.empty()) {
+    Result<std::string> password = ReadPasswordFile(password_file_);
+    if (!password.ok()) return fail("--password-file: " + password.status().message(), 2);
+    dsn = slot::WithPassword(dsn, *password);
+  }
+  auto admin = slot::SlotAdmin::Connect(dsn);
   if (!admin.ok()) return fail(admin.status().ToString(), 1);
   auto settings = (*admin)->GetServerSettings();
   if (!settings.ok()) return fail(settings.status().ToString(), 1);
-  auto conn = slot::ReplicationConnection::Connect(dsn_);
+  auto conn = slot::ReplicationConnection::Connect(dsn);
   if (!conn.ok()) return fail(conn.status().ToString(), 1);
   slot::ReplicationConnection& c = **conn;
   auto timeout = c.WalSenderTimeout();

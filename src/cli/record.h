@@ -43,6 +43,7 @@ class RecordCommand {
  private:
   CLI::App* app_;
   std::string dsn_;
+  std::string password_file_;
   std::string output_;
   std::string slot_ = "walrelay_record";
   std::string plugin_ = "pgoutput";

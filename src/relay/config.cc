@@ -1,36 +1,14 @@
 #include "src/relay/config.h"
 
+#include "slot/pg_error.h"
+
 #include "base/sql.h"
 #include "src/relay/slot_guard.h"
 
 namespace walrelay::relay {
 
 std::string RelayConfig::SourceConninfo() const {
-  if (source_password.empty()) return source_dsn;
-  std::string conninfo = source_dsn;
-  if (source_dsn.starts_with("postgresql://") || source_dsn.starts_with("postgres://")) {
-    // A URI takes the password as a percent-encoded query parameter.
-    conninfo += source_dsn.find('?') == std::string::npos ? "?password=" : "&password=";
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    for (unsigned char ch : source_password) {
-      if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-          ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-        conninfo += static_cast<char>(ch);
-      } else {
-        conninfo += '%';
-        conninfo += kHex[ch >> 4];
-        conninfo += kHex[ch & 15];
-      }
-    }
-    return conninfo;
-  }
-  conninfo += " password='";
-  for (char ch : source_password) {
-    if (ch == '\'' || ch == '\\') conninfo += '\\';
-    conninfo += ch;
-  }
-  conninfo += "'";
-  return conninfo;
+  return slot::WithPassword(source_dsn, source_password);
 }
 
 Status RelayConfig::Validate() const {

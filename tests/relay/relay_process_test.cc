@@ -206,8 +206,9 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
   EXPECT_EQ(setup->Wait(60s), 0) << setup->LogTail();
 
   const std::string recording = dir + "/secrets.wrr";
-  auto record = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", uri, "-o", recording,
-                                   "--slot", "secrets_setup", "--max-events", "1"},
+  auto record = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", uri, "--password-file",
+                                   password_file, "-o", recording, "--slot", "secrets_setup",
+                                   "--max-events", "1"},
                                   log_);
   ASSERT_TRUE(record.ok());
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
@@ -220,6 +221,12 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
   auto lag = Subprocess::Start({WALRELAY_BINARY, "lag", "--dsn", nodb}, log_);
   ASSERT_TRUE(lag.ok());
   EXPECT_EQ(lag->Wait(30s), 3);
+  // lag with a password file (every command that connects takes one).
+  auto lag_ok = Subprocess::Start({WALRELAY_BINARY, "lag", "--dsn", pg_->conninfo(),
+                                   "--password-file", password_file, "--json"},
+                                  log_);
+  ASSERT_TRUE(lag_ok.ok());
+  EXPECT_EQ(lag_ok->Wait(30s), 0);
 
   std::ifstream in(log_);
   std::stringstream all;
