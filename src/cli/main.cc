@@ -3,7 +3,8 @@
 //   config-reference  print the configuration reference (Markdown)
 //   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
 //   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
-// Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration, 3 (run) refused to
+// go on without an operator (cli::ExitCodeFor, src/cli/options.h).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -41,8 +42,9 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
   walrelay::Status st = relay.Run();
   g_relay = nullptr;
   if (!st.ok()) {
-    spdlog::critical("walrelay stopped: {}", st.ToString());
-    return st.code() == walrelay::StatusCode::kInvalidArgument ? 2 : 1;
+    const int code = walrelay::cli::ExitCodeFor(st);
+    spdlog::critical("walrelay stopped (exit {}): {}", code, st.ToString());
+    return code;
   }
   spdlog::info("walrelay stopped cleanly");
   return 0;
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
       "Kafka. Options come from flags, WALRELAY_* environment variables and a TOML file "
       "(--config), in that order of precedence.");
   walrelay::cli::RunOptionBinder binder(run);
+  run->footer(walrelay::cli::kRunExitCodesHelp);
 
   CLI::App* setup = app.add_subcommand(
       "setup",

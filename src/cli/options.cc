@@ -16,6 +16,26 @@
 
 namespace walrelay::cli {
 
+int ExitCodeFor(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return kExitOk;
+    case StatusCode::kInvalidArgument:
+      return kExitUsage;
+    case StatusCode::kDataLoss:
+      return kExitNeedsOperator;
+    default:
+      return kExitFailure;
+  }
+}
+
+const char* const kRunExitCodesHelp =
+    "Exit codes: 0 stopped cleanly (every acked transaction confirmed); 1 a runtime failure "
+    "a restart may cure; 2 bad usage or configuration (a restart fails the same way); 3 "
+    "refused to go on without an operator (the slot was lost and recovery is off or "
+    "unsound: restarting would lose or repeat events; the log says what to do). For "
+    "systemd: Restart=on-failure with RestartPreventExitStatus=2 3.";
+
 Result<std::string> ReadPasswordFile(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {

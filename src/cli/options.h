@@ -45,6 +45,17 @@ Status LoadTomlFile(const std::string& path,
 // The configuration reference in Markdown, generated from the registry.
 std::string ConfigurationReference();
 
+// Exit codes of `walrelay run` (and the table its --help shows):
+//   0  stopped cleanly (SIGTERM/SIGINT): every acked transaction confirmed
+//   1  a runtime failure a restart may cure (database or Kafka unreachable for good, ...)
+//   2  bad usage or configuration (kInvalidArgument): a restart with the same options fails
+//      the same way
+//   3  refused to go on without an operator (kDataLoss: the slot was lost and recovery is
+//      off or unsound): restarting would lose or repeat events; see the log's fix
+inline constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNeedsOperator = 3;
+int ExitCodeFor(const Status& status);
+extern const char* const kRunExitCodesHelp;
+
 // The password in a password file: its first line, without a trailing CR. Refused
 // (kPermissionDenied) when group or others have any access to the file, as libpq refuses
 // such a .pgpass; kInvalidArgument when it is missing, not a regular file, or empty.

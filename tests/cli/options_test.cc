@@ -238,6 +238,16 @@ TEST(OptionsTest, PasswordFileRules) {
   std::remove(loose.c_str());
 }
 
+// run's exit codes (issue 13): what a supervisor may restart and what it must not.
+TEST(OptionsTest, ExitCodesTellASupervisorWhatToDo) {
+  EXPECT_EQ(ExitCodeFor(Status::Ok()), 0);
+  EXPECT_EQ(ExitCodeFor(UnavailableError("kafka down")), 1);
+  EXPECT_EQ(ExitCodeFor(InvalidArgumentError("bad option")), 2);
+  EXPECT_EQ(ExitCodeFor(DataLossError("slot lost, recovery off")), 3);
+  EXPECT_NE(std::string(kRunExitCodesHelp).find("RestartPreventExitStatus=2 3"),
+            std::string::npos);
+}
+
 // DSNs are redacted by libpq's own parser (issue 13): every form libpq accepts hides the
 // password, and a string it cannot parse is not shown at all.
 TEST(OptionsTest, RedactConninfoHidesPasswordsInEveryForm) {
