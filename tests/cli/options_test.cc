@@ -299,6 +299,36 @@ TEST(OptionsTest, ConfigurationReferenceDocIsCurrent) {
       << "regenerate with: walrelay config-reference > docs/configuration.md";
 }
 
+// docker/walrelay.example.toml parses and names every option of the registry, so the
+// example stays complete when an option is added (issue 13).
+TEST(OptionsTest, ExampleConfigurationParsesAndHasEveryOption) {
+  const std::string path = std::string(WALRELAY_SOURCE_DIR) + "/docker/walrelay.example.toml";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  for (const auto& spec : RunOptions()) {
+    const size_t dot = spec.key.find('.');
+    const std::string section = spec.key.substr(0, dot), name = spec.key.substr(dot + 1);
+    const size_t at = text.find("\n[" + section + "]");
+    ASSERT_NE(at, std::string::npos) << "no [" << section << "] section";
+    const bool as_key = text.find("\n" + name + " =", at) != std::string::npos;
+    const bool as_table = text.find("\n[" + spec.key + "]") != std::string::npos;
+    EXPECT_TRUE(as_key || as_table) << spec.key << " is missing from " << path;
+  }
+  // The secret files it names exist only in a deployment: flags point them elsewhere.
+  std::string password = WriteFile("s3cret\n");
+  std::string props = WriteFile("sasl.password=s3cret\n");
+  auto p = Parse({"--config", path, "--source-password-file", password,
+                  "--kafka-properties-file", props});
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->kafka_properties.at("sasl.mechanism"), "SCRAM-SHA-512");
+  EXPECT_EQ(p.config->allowed_topics, std::vector<std::string>{"outbox.*"});
+  std::remove(password.c_str());
+  std::remove(props.c_str());
+}
+
 int RunBinary(const std::string& args) {
   int rc = std::system((std::string(WALRELAY_BINARY) + " " + args + " >/dev/null 2>&1").c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
