@@ -38,6 +38,9 @@ ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900
 MAIN_TOTAL=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' \
   "$BUILD_ROOT/ctest-main.log" | tail -n 1)
 
+step "alert rules (promtool check rules docker/alerts.yml)"
+promtool check rules docker/alerts.yml
+
 step "benchmark smoke runs"
 for b in $(find "$BUILD_ROOT/main/bench" -type f -name '*_bench' -perm -u+x | sort); do
   echo "--- $b"

@@ -1,0 +1,60 @@
+// The metric names that files outside the code use — the alert rules (docker/alerts.yml)
+// and the Grafana dashboard (docker/grafana/) — are metrics walrelay exports
+// (src/relay/metric_names.h): a renamed metric cannot silently disable an alert.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace walrelay::relay {
+namespace {
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> Names(const std::string& text, const std::regex& re) {
+  std::set<std::string> names;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    names.insert((*it)[1].str());
+  }
+  return names;
+}
+
+TEST(MetricsDocsTest, AlertsAndDashboardUseExportedMetrics) {
+  const std::string root = WALRELAY_SOURCE_DIR;
+  const std::set<std::string> exported =
+      Names(Read(root + "/src/relay/metric_names.h"), std::regex("\"(walrelay_[a-z0-9_]+)\""));
+  ASSERT_GT(exported.size(), 20u);
+  const std::regex used("\\b(walrelay_[a-z0-9_]+)");
+  std::vector<std::string> files = {root + "/docker/alerts.yml"};
+  for (const auto& e : std::filesystem::directory_iterator(root + "/docker/grafana")) {
+    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  }
+  size_t checked = 0;
+  for (const std::string& file : files) {
+    for (std::string name : Names(Read(file), used)) {
+      for (const char* suffix : {"_bucket", "_count", "_sum"}) {
+        if (name.ends_with(suffix) && exported.count(name) == 0) {
+          name.resize(name.size() - std::string(suffix).size());
+        }
+      }
+      EXPECT_EQ(exported.count(name), 1u) << file << " uses " << name
+                                          << ", which walrelay does not export";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20u);
+}
+
+}  // namespace
+}  // namespace walrelay::relay
