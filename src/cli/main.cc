@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "src/cli/lag.h"
+#include "src/cli/log_format.h"
 #include "src/cli/options.h"
 #include "src/cli/record.h"
 #include "src/cli/setup.h"
@@ -28,6 +29,7 @@ extern "C" void OnStopSignal(int) {
 
 int RunRelay(const walrelay::relay::RelayConfig& config) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
+  (void)walrelay::cli::SetLogFormat(config.log_format);  // validated by Resolve
   spdlog::info("walrelay starting: source {}, slot {}, tables [{}]",
                walrelay::cli::RedactConninfo(config.source_dsn), config.slot,
                fmt::join(config.tables, ", "));
@@ -54,7 +56,7 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("walrelay"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  (void)walrelay::cli::SetLogFormat("text");
 
   CLI::App app{
       "walrelay: streams a PostgreSQL transactional outbox to Kafka through logical "
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
       std::cerr << "walrelay setup: " << config.status().message() << "\n";
       return 2;
     }
+    (void)walrelay::cli::SetLogFormat(config->log_format);
     walrelay::Status st = walrelay::cli::RunSetup(*config, !no_tables, dry_run);
     if (!st.ok()) {
       std::cerr << "walrelay setup: " << st.ToString() << "\n";

@@ -380,6 +380,10 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "empty = off.",
                   &RelayConfig::metrics_address));
   o.push_back(Str("ops.log_level", "trace, debug, info, warn, error.", &RelayConfig::log_level));
+  o.push_back(Str("ops.log_format",
+                  "text (time with its UTC offset, level, message) or json (one object per "
+                  "line: time, level, message) for log shippers.",
+                  &RelayConfig::log_format));
   return o;
 }
 

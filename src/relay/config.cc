@@ -103,6 +103,9 @@ Status RelayConfig::Validate() const {
     auto t = Threshold::Parse(*value);
     if (!t.ok()) return InvalidArgumentError(std::string(flag) + ": " + t.status().message());
   }
+  if (log_format != "text" && log_format != "json") {
+    return InvalidArgumentError("ops.log_format: expected text or json, got '" + log_format + "'");
+  }
   if (log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
       log_level != "error") {
     return InvalidArgumentError("--ops-log-level must be trace, debug, info, warn or error");

@@ -95,6 +95,7 @@ struct RelayConfig {
   // --- operations
   std::string metrics_address;  // host:port for /metrics, /healthz; empty = off
   std::string log_level = "info";
+  std::string log_format = "text";  // text | json (src/cli/log_format.h)
 
   Status Validate() const;
 

@@ -1,8 +1,11 @@
 #include "src/cli/options.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <libpq-fe.h>
+#include <simdjson.h>
+#include <spdlog/details/log_msg.h>
+#include <spdlog/formatter.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +14,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "src/cli/log_format.h"
 
 namespace walrelay::cli {
 namespace {
@@ -246,6 +251,39 @@ TEST(OptionsTest, ExitCodesTellASupervisorWhatToDo) {
   EXPECT_EQ(ExitCodeFor(DataLossError("slot lost, recovery off")), 3);
   EXPECT_NE(std::string(kRunExitCodesHelp).find("RestartPreventExitStatus=2 3"),
             std::string::npos);
+}
+
+// --ops-log-format json: one valid JSON object per line, whatever the message holds.
+TEST(OptionsTest, JsonLogLinesAreValidJson) {
+  auto formatter = MakeJsonLogFormatter();
+  const std::string message = "slot \"walrelay\" is\nlost\t\x01 (SQLSTATE 55000)";
+  spdlog::details::log_msg msg(spdlog::source_loc{}, "walrelay", spdlog::level::warn, message);
+  spdlog::memory_buf_t buf;
+  formatter->format(msg, buf);
+  const std::string line(buf.data(), buf.size());
+  ASSERT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1) << "one line";
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(line).get(doc), simdjson::SUCCESS) << line;
+  std::string_view level, text, time;
+  ASSERT_EQ(doc["level"].get(level), simdjson::SUCCESS);
+  ASSERT_EQ(doc["message"].get(text), simdjson::SUCCESS);
+  ASSERT_EQ(doc["time"].get(time), simdjson::SUCCESS);
+  EXPECT_EQ(level, "warning");
+  EXPECT_EQ(text, message);
+  // 2026-12-03T09:00:00.123+00:00: with milliseconds and the UTC offset.
+  EXPECT_EQ(time.size(), 29u) << time;
+  EXPECT_TRUE(time[23] == '+' || time[23] == '-') << time;
+  EXPECT_EQ(time[26], ':') << time;
+
+  auto args = kMinimal;
+  args.insert(args.end(), {"--ops-log-format", "xml"});
+  EXPECT_FALSE(Parse(args).config.ok());
+  args = kMinimal;
+  args.insert(args.end(), {"--ops-log-format", "json"});
+  EXPECT_TRUE(Parse(args).config.ok());
+  EXPECT_FALSE(SetLogFormat("xml").ok());
 }
 
 // DSNs are redacted by libpq's own parser (issue 13): every form libpq accepts hides the
