@@ -41,6 +41,21 @@ MAIN_TOTAL=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' 
 step "alert rules (promtool check rules docker/alerts.yml)"
 promtool check rules docker/alerts.yml
 
+if command -v systemd-analyze >/dev/null; then
+  step "systemd unit (systemd-analyze verify packaging/systemd/walrelay.service)"
+  unit_dir=$(mktemp -d)
+  walrelay_bin="$(cd "$BUILD_ROOT/main/src/cli" && pwd)/walrelay"
+  sed "s|/usr/local/bin/walrelay|$walrelay_bin|" \
+    packaging/systemd/walrelay.service >"$unit_dir/walrelay.service"
+  verify_out=$(systemd-analyze verify "$unit_dir/walrelay.service" 2>&1 || true)
+  rm -rf "$unit_dir"
+  if [ -n "$verify_out" ]; then
+    echo "$verify_out"
+    echo "packaging/systemd/walrelay.service: systemd-analyze verify complained" >&2
+    exit 1
+  fi
+fi
+
 step "benchmark smoke runs"
 for b in $(find "$BUILD_ROOT/main/bench" -type f -name '*_bench' -perm -u+x | sort); do
   echo "--- $b"
