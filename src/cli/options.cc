@@ -218,7 +218,10 @@ std::vector<OptionSpec> BuildRunOptions() {
   }
   o.push_back(Str("source.message_prefix",
                   "Prefix of transactional pg_logical_emit_message() calls that carry table-less "
-                  "outbox events (a JSON envelope with the outbox fields).",
+                  "outbox events (a JSON envelope with the outbox fields); empty: off (any role "
+                  "that can log in may emit messages, so they are opt-in). walrelay.outbox is "
+                  "the prefix outbox::AppendMessage writes; while off, such messages are "
+                  "dead-lettered with the reason.",
                   &RelayConfig::message_prefix));
   {
     OptionSpec s{"outbox.columns",

@@ -16,6 +16,7 @@ namespace walrelay::relay {
 
 // Prefix of the relay's heartbeat messages (non-transactional, never published).
 inline constexpr std::string_view kHeartbeatPrefix = "walrelay.heartbeat";
+inline constexpr std::string_view kDefaultMessagePrefix = "walrelay.outbox";
 
 // Column names of an outbox table. Defaults match the documented schema:
 //   outbox(id bigint identity PK, event_id uuid NOT NULL DEFAULT gen_random_uuid(),
@@ -48,7 +49,11 @@ struct RelayConfig {
   std::vector<std::string> tables = {"public.outbox"};  // schema-qualified outbox tables
   OutboxColumns columns;
   // Table-less outbox: transactional pg_logical_emit_message(true, prefix, envelope).
-  std::string message_prefix = "walrelay.outbox";
+  // Off unless set (empty): emitting a message needs no privilege in PostgreSQL, so any
+  // role that can log in could publish through walrelay. kDefaultMessagePrefix is the one
+  // outbox::AppendMessage uses; while off, messages with it are dead-lettered with the
+  // reason instead of published (never dropped silently).
+  std::string message_prefix;
 
   // --- mapping
   // Topic: the row's topic column when present and non-null, else this template;

@@ -333,9 +333,22 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       OnHeartbeat(msg->content);
       return Status::Ok();
     }
-    if (!mapper_.IsOutboxMessage(*msg)) {
+    const bool off_but_meant = config_.message_prefix.empty() &&
+                               msg->prefix == kDefaultMessagePrefix && msg->transactional();
+    if (!mapper_.IsOutboxMessage(*msg) && !off_but_meant) {
       stats_.skipped_messages.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();
+    }
+    if (off_but_meant) {
+      // A writer meant this as an event, but table-less events are off: keep it for the
+      // operator instead of publishing it or dropping it.
+      event_ = {};
+      return PublishOrDeadLetter(
+          InvalidArgumentError("table-less events are off (source.message_prefix is not set): "
+                               "set --source-message-prefix " +
+                               std::string(kDefaultMessagePrefix) +
+                               " to publish such events, or stop emitting them"),
+          "message:" + std::string(kDefaultMessagePrefix), msg->content);
     }
     if (!msg->transactional()) {
       // Outside any transaction: there is no commit to hold back, and no event to publish

@@ -293,7 +293,8 @@ TEST_F(OutboxTest, AppendMessageIsReadByTheRelaysMapper) {
   EXPECT_NE(line.find("transactional: 1 prefix: walrelay.outbox"), std::string::npos) << line;
   const std::string content = MessageContent(line);
 
-  relay::RelayConfig config;  // default message_prefix and topic template
+  relay::RelayConfig config;  // default topic template; AppendMessage's prefix turned on
+  config.message_prefix = std::string(relay::kDefaultMessagePrefix);
   relay::OutboxMapper mapper(config);
   pgoutput::LogicalMessage message;
   message.flags = pgoutput::LogicalMessage::kFlagTransactional;

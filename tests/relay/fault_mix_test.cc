@@ -66,7 +66,7 @@ class FaultMixTest : public ::testing::Test {
         {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--source-table", "public.pouts",
          "--kafka-bootstrap-servers", bootstraps_, "--flow-status-interval-ms", "100",
          "--flow-reconnect-min-ms", "50", "--flow-reconnect-max-ms", "1000",
-         "--kafka-topic-error-timeout-ms", "3000"},
+         "--kafka-topic-error-timeout-ms", "3000", "--source-message-prefix", "walrelay.outbox"},
         log_);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     relay_.emplace(std::move(*p));

@@ -41,6 +41,7 @@ TEST(OutboxMapperHeadersTest, ReservedNamesFromTheHeadersColumnAreRefused) {
 
 TEST(OutboxMapperHeadersTest, ReservedNamesFromAnEnvelopeAreRefused) {
   RelayConfig config;
+  config.message_prefix = std::string(kDefaultMessagePrefix);
   OutboxMapper mapper(config);
   OutboxEvent event;
   pgoutput::LogicalMessage message;
@@ -61,6 +62,7 @@ TEST(OutboxMapperHeadersTest, ReservedNamesFromAnEnvelopeAreRefused) {
 TEST(OutboxMapperHeadersTest, TopicsOutsideTheAllowedListAreRefused) {
   RelayConfig config;
   config.allowed_topics = {"outbox.payment", "billing.*"};
+  config.message_prefix = std::string(kDefaultMessagePrefix);
   EXPECT_EQ(config.Validate().message().find("allowed_topics"), std::string::npos)
       << config.Validate().ToString();
   OutboxMapper mapper(config);

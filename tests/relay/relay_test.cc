@@ -160,6 +160,7 @@ TEST_F(RelayTest, TopicColumnHeadersTableLessMessagesAndSeveralTables) {
   ASSERT_TRUE(pg_->Exec(OutboxTableDdl("billing.outbox")).ok());
   ASSERT_TRUE(kafka_->CreateTopic("invoices", 2, 1).ok());
   config_.tables = {"public.outbox", "billing.outbox"};
+  config_.message_prefix = "walrelay.outbox";
   StartRelay();
   ASSERT_TRUE(
       pg_->Exec(
@@ -269,6 +270,7 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
 // is dead-lettered with its exact bytes, and the stream goes on (it used to fail the
 // dead-letter INSERT and end the process).
 TEST_F(RelayTest, DeadLetterOfArbitraryBytesIsStoredExactly) {
+  config_.message_prefix = "walrelay.outbox";
   StartRelay();
   ASSERT_TRUE(
       pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', '\\xff00fe7b'::bytea)")
@@ -282,6 +284,28 @@ TEST_F(RelayTest, DeadLetterOfArbitraryBytesIsStoredExactly) {
   EXPECT_EQ(*(*rows)[0][0], "ff00fe7b");
   EXPECT_NE((*rows)[0][1]->find("envelope is not valid JSON"), std::string::npos) << *(*rows)[0][1];
   EXPECT_EQ(relay_->stats().streaming.load(), 1);
+}
+
+// Issue 13: table-less events are opt-in (emitting needs no privilege). Off by default: a
+// message with outbox::AppendMessage's prefix is dead-lettered with the reason, not
+// published and not dropped; other prefixes are not events.
+TEST_F(RelayTest, TableLessEventsAreOffUnlessAPrefixIsSet) {
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
+                        "'{\"event_id\": \"e-msg\", \"aggregate_id\": \"p\", "
+                        "\"event_type\": \"T\", \"payload\": {}}');"
+                        "SELECT pg_logical_emit_message(true, 'app.audit', 'x')")
+                  .ok());
+  WriteEvents(0, 1, 2);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctEventIds(2, 20s).size(), 2u);  // the table rows only
+  auto rows = pg_->Query("SELECT source, reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(*(*rows)[0][0], "message:walrelay.outbox");
+  EXPECT_NE((*rows)[0][1]->find("table-less events are off"), std::string::npos)
+      << *(*rows)[0][1];
+  EXPECT_EQ(relay_->stats().skipped_messages.load(), 1u);  // app.audit
 }
 
 // A dead-letter table of an older walrelay (payload text) is converted on open; its rows

@@ -42,6 +42,7 @@ TEST(Wal2JsonRelayTest, SameEventsAsPgoutput) {
     config.plugin = plugin;
     config.slot = "walrelay_" + plugin;
     config.topic_template = prefix + ".${aggregate_type}";
+    config.message_prefix = "walrelay.outbox";
     config.status_interval = 100ms;
     config.reconnect_min = 50ms;
     config.reconnect_max = 500ms;
