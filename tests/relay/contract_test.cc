@@ -11,15 +11,11 @@
 #include "base/headers.h"
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
-#include "tests/decoder/wire_builder.h"
 #include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {
 namespace {
 
-namespace wire = pgoutput::testing::wire;
-using pgoutput::testing::Null;
-using pgoutput::testing::Text;
 
 std::string ReadContract() {
   std::ifstream in(std::string(WALRELAY_SOURCE_DIR) + "/docs/inbox-contract.md");
@@ -81,45 +77,12 @@ TEST(ContractTest, DocumentedDeadLetterHeadersAreTheHeadersInCode) {
   EXPECT_EQ(names, Strings(headers::kDeadLetterHeaders));
 }
 
-// One transaction with one outbox row (aggregate_type set, one header of its own).
-class OneRowSource : public slot::FrameSource {
- public:
-  Result<slot::Frame> Read(std::chrono::milliseconds) override {
-    const uint64_t lsn = 0x1000000;
-    switch (step_++) {
-      case 0:
-        data_ = wire::OutboxRelation(16384);
-        break;
-      case 1:
-        data_ = wire::Begin(lsn, 0, 700);
-        break;
-      case 2:
-        data_ = wire::Insert({}, 16384,
-                             {Text("1"), Text("0190a0c4-7d2e-7000-8000-000000000001"),
-                              Text("payment"), Text("agg-1"), Null(), Text("PaymentCaptured"),
-                              Text("{}"), Text(R"({"trace_id": "t-1"})"),
-                              Text("2026-12-03 09:00:00+00")});
-        break;
-      case 3:
-        data_ = wire::Commit(lsn, lsn + 10, 0);
-        break;
-      default:
-        return testing::EndOfStream();
-    }
-    return testing::XLogFrame(Lsn(lsn), data_);
-  }
-  Status SendStatus(Lsn, Lsn, Lsn, bool) override { return Status::Ok(); }
-
- private:
-  int step_ = 0;
-  std::string data_;
-};
-
 TEST(ContractTest, AProducedRecordCarriesExactlyTheDocumentedHeaders) {
   RelayConfig config;
   config.shutdown_timeout = std::chrono::milliseconds(0);
   RelayStats stats;
-  OneRowSource source;
+  // One outbox row with aggregate_type set and one header of its own.
+  testing::ScriptedSource source(0, R"({"trace_id": "t-1"})");
   testing::HoldingSink sink;
   LoggingDeadLetterSink dead_letters;
   Pipeline::Options options;

@@ -9,16 +9,13 @@
 
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
-#include "tests/decoder/wire_builder.h"
 #include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {
 namespace {
 
-namespace wire = pgoutput::testing::wire;
-using pgoutput::testing::Null;
-using pgoutput::testing::Text;
 using testing::HoldingSink;
+using testing::ScriptedSource;
 
 // Resident set size of this process in bytes (VmRSS), or 0 when unknown.
 int64_t ResidentBytes() {
@@ -32,54 +29,6 @@ int64_t ResidentBytes() {
   std::fclose(f);
   return kb * 1024;
 }
-
-// One outbox event in the first transaction, then `empty` transactions without events,
-// one message per frame, generated as read (the script itself costs no memory).
-class ScriptedSource : public slot::FrameSource {
- public:
-  explicit ScriptedSource(uint64_t empty) : empty_(empty) {}
-  Result<slot::Frame> Read(std::chrono::milliseconds) override {
-    // Transaction i commits at kBase + 100 i (its Begin's final LSN) and ends 10 later.
-    const uint64_t tx = step_ < 4 ? 0 : 1 + (step_ - 4) / 2;
-    const uint64_t lsn = 0x1000000 + tx * 100;
-    switch (step_ < 4 ? step_ : 4 + (step_ - 4) % 2) {
-      case 0:
-        data_ = wire::OutboxRelation(16384);
-        break;
-      case 1:
-        data_ = wire::Begin(lsn, 0, 700);
-        break;
-      case 2:
-        data_ = wire::Insert({}, 16384,
-                             {Text("1"), Text("0190a0c4-7d2e-7000-8000-000000000001"),
-                              Text("payment"), Text("agg-1"), Null(), Text("PaymentCaptured"),
-                              Text("{}"), Null(), Text("2026-12-03 09:00:00+00")});
-        break;
-      case 3:
-        data_ = wire::Commit(lsn, lsn + 10, 0);
-        break;
-      case 4:  // an empty transaction (PostgreSQL 14, wal2json, a wider publication)
-        data_ = wire::Begin(lsn, 0, static_cast<uint32_t>(700 + tx));
-        break;
-      case 5:
-        data_ = wire::Commit(lsn, lsn + 10, 0);
-        break;
-    }
-    if (step_ >= 4 + 2 * empty_) return testing::EndOfStream();
-    ++step_;
-    return testing::XLogFrame(Lsn(lsn), data_);
-  }
-  Status SendStatus(Lsn, Lsn flush, Lsn, bool) override {
-    last_flush = flush;
-    return Status::Ok();
-  }
-  Lsn last_flush;
-
- private:
-  const uint64_t empty_;
-  uint64_t step_ = 0;
-  std::string data_;
-};
 
 TEST(PipelineMemoryTest, MillionEmptyTransactionsBehindOneUnackedEvent) {
   RelayConfig config;

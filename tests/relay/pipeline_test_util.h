@@ -1,6 +1,6 @@
 // Shared pieces of the tests that drive the real Pipeline without PostgreSQL or Kafka: a
-// frame for scripted replication streams and a sink that accepts every record and never
-// acknowledges one (a broker that is down), keeping each record's header names.
+// scripted replication stream and a sink that accepts every record and never acknowledges
+// one (a broker that is down), keeping each record's header names.
 #pragma once
 
 #include <chrono>
@@ -9,9 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
 #include "base/lsn.h"
 #include "slot/replication_connection.h"
 #include "src/relay/pipeline.h"
+#include "tests/decoder/wire_builder.h"
 
 namespace walrelay::relay::testing {
 
@@ -30,6 +33,61 @@ inline slot::Frame EndOfStream() {
   f.kind = slot::Frame::Kind::kEndOfStream;
   return f;
 }
+
+// One outbox event in the first transaction (its headers column `headers`, NULL when
+// nullopt), then `empty` transactions without events, one message per frame, generated as
+// read (the script itself costs no memory). Records the last flush position sent.
+class ScriptedSource : public slot::FrameSource {
+ public:
+  explicit ScriptedSource(uint64_t empty, std::optional<std::string> headers = std::nullopt)
+      : empty_(empty), headers_(std::move(headers)) {}
+  Result<slot::Frame> Read(std::chrono::milliseconds) override {
+    namespace wire = pgoutput::testing::wire;
+    using pgoutput::testing::Null;
+    using pgoutput::testing::Text;
+    // Transaction i commits at kBase + 100 i (its Begin's final LSN) and ends 10 later.
+    const uint64_t tx = step_ < 4 ? 0 : 1 + (step_ - 4) / 2;
+    const uint64_t lsn = 0x1000000 + tx * 100;
+    switch (step_ < 4 ? step_ : 4 + (step_ - 4) % 2) {
+      case 0:
+        data_ = wire::OutboxRelation(16384);
+        break;
+      case 1:
+        data_ = wire::Begin(lsn, 0, 700);
+        break;
+      case 2:
+        data_ = wire::Insert({}, 16384,
+                             {Text("1"), Text("0190a0c4-7d2e-7000-8000-000000000001"),
+                              Text("payment"), Text("agg-1"), Null(), Text("PaymentCaptured"),
+                              Text("{}"), headers_ ? Text(*headers_) : Null(),
+                              Text("2026-12-03 09:00:00+00")});
+        break;
+      case 3:
+        data_ = wire::Commit(lsn, lsn + 10, 0);
+        break;
+      case 4:  // an empty transaction (PostgreSQL 14, wal2json, a wider publication)
+        data_ = wire::Begin(lsn, 0, static_cast<uint32_t>(700 + tx));
+        break;
+      case 5:
+        data_ = wire::Commit(lsn, lsn + 10, 0);
+        break;
+    }
+    if (step_ >= 4 + 2 * empty_) return EndOfStream();
+    ++step_;
+    return XLogFrame(Lsn(lsn), data_);
+  }
+  Status SendStatus(Lsn, Lsn flush, Lsn, bool) override {
+    last_flush = flush;
+    return Status::Ok();
+  }
+  Lsn last_flush;
+
+ private:
+  const uint64_t empty_;
+  const std::optional<std::string> headers_;
+  uint64_t step_ = 0;
+  std::string data_;
+};
 
 class HoldingSink : public RecordSink {
  public:
