@@ -271,12 +271,21 @@ Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
 
 Status CreateTableIfMissing(PGconn* conn, const std::string& table, const std::string& create_ddl,
                             std::string_view context) {
-  WALRELAY_ASSIGN_OR_RETURN(
-      PgResultPtr r, ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL", {table.c_str()}, context));
-  if (PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t") {
-    return Status::Ok();
-  }
-  return ExecPg(conn, create_ddl, {}, context).status();
+  auto exists = [&]() -> Result<bool> {
+    WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL",
+                                                    {table.c_str()}, context));
+    return PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t";
+  };
+  WALRELAY_ASSIGN_OR_RETURN(bool before, exists());
+  if (before) return Status::Ok();
+  Status created = ExecPg(conn, create_ddl, {}, context).status();
+  if (created.ok()) return created;
+  // Another session created it between the check and the CREATE (two relays starting
+  // together): the CREATE waited for that session and failed (42P07, or 23505 in the
+  // catalog). The table exists now, which is what was asked for.
+  Result<bool> after = exists();
+  if (after.ok() && *after) return Status::Ok();
+  return created;
 }
 
 Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings) {

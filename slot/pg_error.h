@@ -119,7 +119,8 @@ Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
 inline constexpr std::chrono::milliseconds kClientWaitGrace{5000};
 std::chrono::milliseconds ClientWaitBound(PGconn* conn);
 
-// Runs `create_ddl` (CREATE TABLE ...) unless `table` exists. `table` is a name as SQL
+// Runs `create_ddl` (CREATE TABLE ...) unless `table` exists; a CREATE that fails because
+// another session created the table meanwhile is success. `table` is a name as SQL
 // writes it ("schema"."name", quoted as needed), resolved by to_regclass. Checking first
 // matters for a least-privilege role: CREATE TABLE IF NOT EXISTS checks CREATE on the
 // schema before it looks for the table, and fails for a role that may only use it.

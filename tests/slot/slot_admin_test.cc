@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "slot/pg_error.h"
 #include "slot/replication_connection.h"
 #include "tests/support/pg_cluster.h"
 
@@ -259,6 +260,28 @@ TEST_F(SlotAdminTest, ServerSettingsAndPrivilege) {
   auto lsn = admin_->CurrentWalLsn();
   ASSERT_TRUE(lsn.ok());
   EXPECT_TRUE(lsn->valid());
+}
+
+// Two relays starting together on a fresh database both find the dead-letter table
+// missing and both create it: the second CREATE waits for the first's transaction and then
+// fails (42P07 or a unique violation in the catalog). The table exists then, which is all
+// the caller asked for. (Seen in CI: Wal2JsonRelayTest starts two relays at once.)
+TEST_F(SlotAdminTest, CreateTableIfMissingWhileAnotherSessionCreatesIt) {
+  PgConnPtr first(PQconnectdb(cluster_->conninfo().c_str()));
+  PgConnPtr second(PQconnectdb(cluster_->conninfo().c_str()));
+  ASSERT_EQ(PQstatus(first.get()), CONNECTION_OK);
+  ASSERT_EQ(PQstatus(second.get()), CONNECTION_OK);
+  const std::string ddl = "CREATE TABLE raced (id bigint PRIMARY KEY, note text)";
+  ASSERT_TRUE(ExecPg(first.get(), "BEGIN", {}, "test").ok());
+  ASSERT_TRUE(ExecPg(first.get(), ddl, {}, "test").ok());  // created, not yet committed
+  Status second_status;
+  std::thread racer([&] {
+    second_status = CreateTableIfMissing(second.get(), "raced", ddl, "dead-letter table");
+  });
+  std::this_thread::sleep_for(milliseconds(300));  // the racer waits on the catalog
+  ASSERT_TRUE(ExecPg(first.get(), "COMMIT", {}, "test").ok());
+  racer.join();
+  EXPECT_TRUE(second_status.ok()) << second_status.ToString();
 }
 
 TEST_F(SlotAdminTest, LostServerIsUnavailable) {
