@@ -1,6 +1,6 @@
 // Shared pieces of the tests that drive the real Pipeline without PostgreSQL or Kafka: a
 // scripted replication stream and a sink that accepts every record and never acknowledges
-// one (a broker that is down), keeping each record's header names.
+// one (a broker that is down), keeping each record's header names and values.
 #pragma once
 
 #include <chrono>
@@ -96,8 +96,15 @@ class HoldingSink : public RecordSink {
                  std::span<const kafka::Header> headers, uint64_t) override {
     ++produced;
     std::vector<std::string> names;
-    for (const auto& h : headers) names.emplace_back(h.name);
+    std::vector<std::optional<std::string>> values;
+    for (const auto& h : headers) {
+      names.emplace_back(h.name);
+      // A null data pointer is what the producer hands librdkafka as "no value".
+      values.push_back(h.value.data() == nullptr ? std::nullopt
+                                                 : std::optional<std::string>(h.value));
+    }
     header_names.push_back(std::move(names));
+    header_values.push_back(std::move(values));
     return Status::Ok();
   }
   int Poll(std::chrono::milliseconds) override { return 0; }
@@ -107,6 +114,7 @@ class HoldingSink : public RecordSink {
 
   int produced = 0;
   std::vector<std::vector<std::string>> header_names;  // per record
+  std::vector<std::vector<std::optional<std::string>>> header_values;  // nullopt: no value
 
  private:
   DeliveryHandler handler_;
