@@ -4,8 +4,10 @@
 //
 // Per batch (one partition's messages strictly in offset order; a batch is what is
 // queued for the partition, up to batch_max_messages):
-//   event id  = the `event_id` header, else the "event_id" member of the JSON value
-//               (table-less events); neither → poison, dead-lettered alone.
+//   event id  = the first `event_id` header (every walrelay record has one; empty →
+//               poison), else the "event_id" member of the JSON value (records other
+//               producers wrote in walrelay's envelope form); neither → poison,
+//               dead-lettered alone.
 //   BEGIN
 //   INSERT INTO inbox (consumer, message_id) SELECT $1, unnest($2) ON CONFLICT DO NOTHING
 //     RETURNING message_id
