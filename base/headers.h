@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <string_view>
 
 namespace walrelay::headers {
@@ -18,9 +19,22 @@ inline constexpr std::string_view kPosition = "walrelay.position";    // src/rel
 inline constexpr std::array<std::string_view, 4> kRelayHeaders = {kEventId, kEventType,
                                                                   kAggregateType, kPosition};
 
-// Names a row may not use for its own headers (any ASCII case): the ones above and every
-// name under this prefix.
+// Names a row may not use for its own headers (any ASCII case): the ones the relay writes
+// (these by default; the configured ones, src/relay/config.h HeaderNames) and every name
+// under this prefix.
 inline constexpr std::string_view kReservedPrefix = "walrelay.";
+
+// Header names compared as reservations are: ignoring ASCII case (so a row cannot add an
+// `Event_Id` that a case-insensitive consumer would take for the relay's).
+constexpr bool SameNameIgnoringCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] + 32) : a[i];
+    const char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] + 32) : b[i];
+    if (x != y) return false;
+  }
+  return true;
+}
 
 // Added by the inbox library to a dead-letter topic record, after the original headers.
 inline constexpr std::string_view kDlqReason = "walrelay.dlq.reason";

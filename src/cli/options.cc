@@ -145,26 +145,34 @@ OptionSpec Millis(std::string key, std::string help,
   return s;
 }
 
-Status ApplyColumn(RelayConfig& c, const std::string& field, const std::string& column) {
-  auto& col = c.columns;
-  std::string* target = nullptr;
-  if (field == "id") target = &col.id;
-  if (field == "event_id") target = &col.event_id;
-  if (field == "aggregate_type") target = &col.aggregate_type;
-  if (field == "aggregate_id") target = &col.aggregate_id;
-  if (field == "topic") target = &col.topic;
-  if (field == "event_type") target = &col.event_type;
-  if (field == "payload") target = &col.payload;
-  if (field == "headers") target = &col.headers;
-  if (field == "created_at") target = &col.created_at;
-  if (target == nullptr) {
-    return InvalidArgumentError(
-        "--outbox-column: unknown field '" + field +
-        "'; fields are id, event_id, aggregate_type, aggregate_id, topic, event_type, payload, "
-        "headers, created_at");
-  }
-  *target = column;
-  return Status::Ok();
+// A FIELD=VALUE map option over the string fields that `fields` selects in a config.
+OptionSpec FieldMap(std::string key, std::string help,
+                    std::function<std::vector<std::pair<std::string_view, std::string*>>(
+                        RelayConfig&)> fields,
+                    std::string shown_default) {
+  OptionSpec s{std::move(key), OptionKind::kMap, std::move(help), false, nullptr, nullptr};
+  s.apply = [s, fields](RelayConfig& c, const Values& v) -> Status {
+    const auto targets = fields(c);
+    for (const auto& kv : v) {
+      WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
+      bool found = false;
+      for (const auto& [name, target] : targets) {
+        if (name == p.first) {
+          *target = p.second;
+          found = true;
+        }
+      }
+      if (!found) {
+        std::string known;
+        for (const auto& [name, target] : targets) known += (known.empty() ? "" : ", ") + std::string(name);
+        return InvalidArgumentError(s.Flag() + ": unknown field '" + p.first + "'; fields are " +
+                                    known);
+      }
+    }
+    return Status::Ok();
+  };
+  s.show = [shown_default](const RelayConfig&) { return shown_default; };
+  return s;
 }
 
 std::vector<OptionSpec> BuildRunOptions() {
@@ -223,25 +231,38 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "the prefix outbox::AppendMessage writes; while off, such messages are "
                   "dead-lettered with the reason.",
                   &RelayConfig::message_prefix));
-  {
-    OptionSpec s{"outbox.columns",
-                 OptionKind::kMap,
-                 "Column names of the outbox table as FIELD=COLUMN (fields: id, event_id, "
-                 "aggregate_type, aggregate_id, topic, event_type, payload, headers, "
-                 "created_at). An empty COLUMN marks an optional column as absent.",
-                 false,
-                 nullptr,
-                 nullptr};
-    s.apply = [s](RelayConfig& c, const Values& v) -> Status {
-      for (const auto& kv : v) {
-        WALRELAY_ASSIGN_OR_RETURN(auto p, SplitKv(s, kv));
-        WALRELAY_RETURN_IF_ERROR(ApplyColumn(c, p.first, p.second));
-      }
-      return Status::Ok();
-    };
-    s.show = [](const RelayConfig&) { return std::string("the documented schema's names"); };
-    o.push_back(std::move(s));
-  }
+  o.push_back(FieldMap(
+      "outbox.columns",
+      "Column names of the outbox table as FIELD=COLUMN (fields: id, event_id, aggregate_type, "
+      "aggregate_id, topic, event_type, payload, headers, created_at). An empty COLUMN marks an "
+      "optional column as absent.",
+      [](RelayConfig& c) -> std::vector<std::pair<std::string_view, std::string*>> {
+        auto& col = c.columns;
+        return {{"id", &col.id},
+                {"event_id", &col.event_id},
+                {"aggregate_type", &col.aggregate_type},
+                {"aggregate_id", &col.aggregate_id},
+                {"topic", &col.topic},
+                {"event_type", &col.event_type},
+                {"payload", &col.payload},
+                {"headers", &col.headers},
+                {"created_at", &col.created_at}};
+      },
+      "the documented schema's names"));
+  o.push_back(FieldMap(
+      "outbox.headers",
+      "Names of the Kafka headers walrelay writes, as FIELD=NAME (fields: event_id, "
+      "event_type, aggregate_type, position; defaults event_id, event_type, aggregate_type, "
+      "walrelay.position). An empty NAME for event_type or aggregate_type leaves that header "
+      "out. Consumers with the inbox library must read the same event id header.",
+      [](RelayConfig& c) -> std::vector<std::pair<std::string_view, std::string*>> {
+        auto& h = c.header_names;
+        return {{"event_id", &h.event_id},
+                {"event_type", &h.event_type},
+                {"aggregate_type", &h.aggregate_type},
+                {"position", &h.position}};
+      },
+      "the contract's names"));
   o.push_back(Str("outbox.topic_template",
                   "Topic when the row's topic column is absent or NULL; ${aggregate_type}, "
                   "${event_type} and ${table} are substituted.",
@@ -323,6 +344,32 @@ std::vector<OptionSpec> BuildRunOptions() {
       return Status::Ok();
     };
     s.show = [](const RelayConfig&) { return std::string("(none)"); };
+    o.push_back(std::move(s));
+  }
+  {
+    OptionSpec s{"kafka.record_timestamp",
+                 OptionKind::kString,
+                 "The Kafka record's timestamp: produce (when walrelay sends it) or commit (the "
+                 "source transaction's commit time, as Debezium sets it; rows republished by "
+                 "lost-slot recovery get the produce time).",
+                 false,
+                 nullptr,
+                 nullptr};
+    s.apply = [s](RelayConfig& c, const Values& v) -> Status {
+      if (v.back() == "produce") {
+        c.record_timestamp = relay::RecordTimestamp::kProduce;
+      } else if (v.back() == "commit") {
+        c.record_timestamp = relay::RecordTimestamp::kCommit;
+      } else {
+        return InvalidArgumentError(s.Flag() + ": expected produce or commit, got '" + v.back() +
+                                    "'");
+      }
+      return Status::Ok();
+    };
+    s.show = [](const RelayConfig& c) {
+      return std::string(c.record_timestamp == relay::RecordTimestamp::kCommit ? "commit"
+                                                                                : "produce");
+    };
     o.push_back(std::move(s));
   }
   o.push_back(Millis("kafka.topic_error_timeout_ms",

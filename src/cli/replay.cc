@@ -111,9 +111,10 @@ class TimedSink : public relay::RecordSink {
   }
   void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
-                 std::span<const kafka::Header> headers, uint64_t cookie) override {
+                 std::span<const kafka::Header> headers, uint64_t cookie,
+                 int64_t timestamp_ms) override {
     if (!ack_latency_) hist_.Record(NowNs() - source_.last_read_ns());
-    return inner_.Produce(topic, key, value, headers, cookie);
+    return inner_.Produce(topic, key, value, headers, cookie, timestamp_ms);
   }
   int Poll(milliseconds timeout) override { return inner_.Poll(timeout); }
   Status Flush(milliseconds timeout) override { return inner_.Flush(timeout); }

@@ -22,6 +22,9 @@ Status InboxConsumer::Impl::Init() {
   if (opt_.topics.empty()) return InvalidArgumentError("inbox: at least one topic required");
   if (opt_.conninfo.empty()) return InvalidArgumentError("inbox: conninfo required");
   if (opt_.consumer_name.empty()) return InvalidArgumentError("inbox: consumer name required");
+  if (opt_.event_id_header.empty()) {
+    return InvalidArgumentError("inbox: event_id_header must name the event id header");
+  }
   if (Status st = ValidateEventId(opt_.consumer_name, "the consumer name"); !st.ok()) {
     return InvalidArgumentError("inbox: " + st.message());
   }
@@ -234,7 +237,7 @@ void InboxConsumer::Impl::WorkerLoop(PartitionWorker* w) {
     }
     // Items are filled in place and never moved: their views point into themselves.
     std::vector<Item> items(good.size());
-    for (size_t i = 0; i < good.size(); ++i) Decode(good[i], &items[i]);
+    for (size_t i = 0; i < good.size(); ++i) Decode(good[i], opt_.event_id_header, &items[i]);
     const Status st = ProcessBatch(items, *w);
     for (rd_kafka_message_t* m : good) rd_kafka_message_destroy(m);
     if (!st.ok()) {

@@ -2,7 +2,6 @@
 
 #include <simdjson.h>
 
-#include "base/headers.h"
 
 namespace walrelay::inbox {
 
@@ -24,25 +23,27 @@ Status ValidateEventId(std::string_view id, std::string_view what) {
 
 // Poison detection: the event id, from the header or the JSON envelope. kDataLoss = the
 // dead-letter reason.
-Result<std::string> ExtractEventId(const InboxMessage& m) {
-  if (auto h = m.Header(headers::kEventId)) {
-    if (h->empty()) return DataLossError("poison: empty event_id header");
-    if (Status st = ValidateEventId(*h, "the event id in the event_id header"); !st.ok()) {
+Result<std::string> ExtractEventId(const InboxMessage& m, std::string_view header) {
+  if (auto h = m.Header(header)) {
+    if (h->empty()) return DataLossError("poison: empty " + std::string(header) + " header");
+    if (Status st = ValidateEventId(*h, "the event id in the " + std::string(header) + " header");
+        !st.ok()) {
       return DataLossError("poison: " + st.message());
     }
     return std::string(*h);
   }
-  if (m.value.empty()) return DataLossError("poison: no event_id header and an empty value");
+  if (m.value.empty()) return DataLossError("poison: no " + std::string(header) + " header and an empty value");
   thread_local simdjson::dom::parser parser;
   simdjson::padded_string padded(m.value);
   simdjson::dom::element doc;
   if (auto err = parser.parse(padded).get(doc); err) {
-    return DataLossError(std::string("poison: no event_id header and the value is not JSON (") +
+    return DataLossError("poison: no " + std::string(header) + " header and the value is not JSON (" +
                          simdjson::error_message(err) + ")");
   }
   std::string_view id;
   if (doc["event_id"].get(id) != simdjson::SUCCESS || id.empty()) {
-    return DataLossError("poison: no event_id header and no \"event_id\" string in the JSON value");
+    return DataLossError("poison: no " + std::string(header) +
+                         " header and no \"event_id\" string in the JSON value");
   }
   if (Status st = ValidateEventId(id, "the event id in the JSON value"); !st.ok()) {
     return DataLossError("poison: " + st.message());

@@ -14,8 +14,9 @@ namespace walrelay::inbox {
 // Otherwise kDataLoss saying why, with `what` ("the event id in the ...") as its subject.
 Status ValidateEventId(std::string_view id, std::string_view what);
 
-// The event id: the `event_id` header, else the "event_id" string of the JSON value.
-// kDataLoss (the dead-letter reason) when there is none or it is not valid.
-Result<std::string> ExtractEventId(const InboxMessage& m);
+// The event id: the first header named `header` (InboxOptions::event_id_header), else the
+// "event_id" string of the JSON value. kDataLoss (the dead-letter reason) when there is
+// none or it is not valid.
+Result<std::string> ExtractEventId(const InboxMessage& m, std::string_view header);
 
 }  // namespace walrelay::inbox

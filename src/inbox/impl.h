@@ -93,7 +93,7 @@ struct Item {
 };
 
 // Fills `out` from `m` (the event id extracted and validated: event_id.h).
-void Decode(rd_kafka_message_t* m, Item* out);
+void Decode(rd_kafka_message_t* m, std::string_view event_id_header, Item* out);
 
 // One attempt at a message or a batch: a pooled connection inside BEGIN, and the
 // statements of the handlers deferred on it (pg::Pipeline). Fail() rolls back and says

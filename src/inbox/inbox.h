@@ -4,7 +4,8 @@
 //
 // Per batch (one partition's messages strictly in offset order; a batch is what is
 // queued for the partition, up to batch_max_messages):
-//   event id  = the first `event_id` header (every walrelay record has one; empty →
+//   event id  = the first header named event_id_header (`event_id` by default: every
+//               walrelay record has one; `id` for records in Debezium's form; empty →
 //               poison), else the "event_id" member of the JSON value (records other
 //               producers wrote in walrelay's envelope form); neither → poison,
 //               dead-lettered alone.
@@ -71,6 +72,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/headers.h"
 #include "base/status.h"
 
 typedef struct pg_conn PGconn;
@@ -178,6 +180,10 @@ struct InboxOptions {
   std::string conninfo;
   std::string consumer_name;
   int max_db_connections = 4;
+
+  // The Kafka header that carries the event id: the relay's outbox.headers event_id name
+  // (`id` under its Debezium profile, as Debezium's Outbox Event Router writes it).
+  std::string event_id_header{headers::kEventId};
 
   // Dead letters: the Kafka topic (empty: "<consumer_name>.dlq") and a row in
   // `inbox_dead_letter`.

@@ -70,7 +70,7 @@ Next FromFault(slot::PgFault fault) {
   return Next::kRetry;
 }
 
-void Decode(rd_kafka_message_t* m, Item* out) {
+void Decode(rd_kafka_message_t* m, std::string_view event_id_header, Item* out) {
   out->m = m;
   InboxMessage& msg = out->msg;
   msg.topic = rd_kafka_topic_name(m->rkt);
@@ -93,7 +93,7 @@ void Decode(rd_kafka_message_t* m, Item* out) {
                                          : std::string_view());
     }
   }
-  if (Result<std::string> id = ExtractEventId(msg); id.ok()) {
+  if (Result<std::string> id = ExtractEventId(msg, event_id_header); id.ok()) {
     out->event_id = std::move(id).value();
   } else {
     out->poison = id.status().message();

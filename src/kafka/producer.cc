@@ -226,7 +226,7 @@ Result<rd_kafka_topic_t*> Producer::Topic(std::string_view name) {
 }
 
 Status Producer::Produce(std::string_view topic, std::string_view key, std::string_view value,
-                         std::span<const Header> headers, uint64_t cookie) {
+                         std::span<const Header> headers, uint64_t cookie, int64_t timestamp_ms) {
   CheckFatal();
   if (!stopped_.ok()) return StoppedError();
   WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
@@ -251,6 +251,7 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_KEY(key.empty() ? nullptr : const_cast<char*>(key.data()), key.size()),
         RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(hdrs),
+        RD_KAFKA_V_TIMESTAMP(timestamp_ms),
         RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(cookie))), RD_KAFKA_V_END);
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) break;
     auto now = std::chrono::steady_clock::now();

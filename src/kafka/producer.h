@@ -131,8 +131,9 @@ class Producer {
   // sent as a null key and spread over partitions). The bytes are copied; nothing need
   // outlive the call. On OK exactly one delivery report for `cookie` follows; on error
   // none does. Waits on a full queue up to options.queue_full_timeout (serving reports).
+  // `timestamp_ms`: the record's timestamp (CreateTime, ms since the Unix epoch); 0 = now.
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
-                 std::span<const Header> headers, uint64_t cookie);
+                 std::span<const Header> headers, uint64_t cookie, int64_t timestamp_ms = 0);
 
   // Asks the cluster about `topic` (a metadata request; blocks up to `timeout`, serving no
   // reports). kNotFound when it does not exist, kPermissionDenied when the producer may not

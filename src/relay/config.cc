@@ -63,6 +63,24 @@ Status RelayConfig::Validate() const {
     return InvalidArgumentError(
         "--outbox-column: event_id, aggregate_id, event_type and payload are required columns");
   }
+  {
+    const HeaderNames& h = header_names;
+    if (h.event_id.empty() || h.position.empty()) {
+      return InvalidArgumentError(
+          "outbox.headers: event_id and position need a header name (consumers dedup on the "
+          "event id; the position says where an event came from); only event_type and "
+          "aggregate_type may be empty (not written)");
+    }
+    const std::string* names[] = {&h.event_id, &h.event_type, &h.aggregate_type, &h.position};
+    for (size_t i = 0; i < 4; ++i) {
+      for (size_t j = i + 1; j < 4; ++j) {
+        if (!names[i]->empty() && headers::SameNameIgnoringCase(*names[i], *names[j])) {
+          return InvalidArgumentError("outbox.headers: two headers are named '" + *names[i] +
+                                      "'; give each its own name");
+        }
+      }
+    }
+  }
   if (topic_template.empty() && columns.topic.empty()) {
     return InvalidArgumentError(
         "no way to choose a topic: set --outbox-topic-template or a topic column");

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/headers.h"
 #include "base/status.h"
 
 namespace walrelay::relay {
@@ -35,6 +36,24 @@ struct OutboxColumns {
   std::string payload = "payload";
   std::string headers = "headers";
   std::string created_at = "created_at";
+};
+
+// Names of the Kafka headers walrelay writes on every record (defaults and order in
+// base/headers.h and docs/inbox-contract.md). event_id and position are always written
+// (consumers dedup on the first; the relay reads the second back from a refused record);
+// an empty event_type or aggregate_type name means that header is not written.
+struct HeaderNames {
+  std::string event_id{headers::kEventId};
+  std::string event_type{headers::kEventType};
+  std::string aggregate_type{headers::kAggregateType};
+  std::string position{headers::kPosition};
+};
+
+// When the Kafka record's timestamp is taken.
+enum class RecordTimestamp {
+  kProduce,  // when walrelay produces it (librdkafka's default, CreateTime = now)
+  kCommit,   // the source transaction's commit time (what Debezium sets; recovered rows,
+             // whose commit time is unknown, get the produce time)
 };
 
 struct RelayConfig {
@@ -64,6 +83,10 @@ struct RelayConfig {
   // allowed is dead-lettered with the reason (any role that can write the outbox, or call
   // pg_logical_emit_message, chooses its topic).
   std::vector<std::string> allowed_topics;
+
+  // The Kafka headers' names (HeaderNames) and the record timestamp.
+  HeaderNames header_names;
+  RecordTimestamp record_timestamp = RecordTimestamp::kProduce;
 
   // --- Kafka
   std::string bootstrap_servers;

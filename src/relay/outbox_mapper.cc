@@ -54,21 +54,18 @@ std::string_view ExpandTemplate(std::string_view tmpl, std::string_view aggregat
   return empty_placeholder;
 }
 
-// Header names the relay writes itself (event_id, event_type, aggregate_type, and the
-// walrelay.* namespace, e.g. walrelay.position), compared ignoring ASCII case: a second
-// copy from row data would let a consumer that reads the last (or any) header see a
-// spoofed value.
-bool ReservedHeaderName(std::string_view name) {
-  auto lower = [](char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch + 32) : ch; };
-  auto equals = [&](std::string_view a, std::string_view b) {
-    return a.size() == b.size() &&
-           std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return lower(x) == y; });
-  };
+// Header names the relay writes itself (the configured event id, event type, aggregate
+// type and position names) and the walrelay.* namespace, compared ignoring ASCII case: a
+// second copy from row data would let a consumer that reads the last (or any) header see
+// a spoofed value.
+bool ReservedHeaderName(const HeaderNames& written, std::string_view name) {
   constexpr std::string_view kPrefix = headers::kReservedPrefix;
-  for (std::string_view written : headers::kRelayHeaders) {
-    if (equals(name, written)) return true;
+  for (const std::string* w :
+       {&written.event_id, &written.event_type, &written.aggregate_type, &written.position}) {
+    if (!w->empty() && headers::SameNameIgnoringCase(name, *w)) return true;
   }
-  return name.size() >= kPrefix.size() && equals(name.substr(0, kPrefix.size()), kPrefix);
+  return name.size() >= kPrefix.size() &&
+         headers::SameNameIgnoringCase(name.substr(0, kPrefix.size()), kPrefix);
 }
 
 bool ValidTopicName(std::string_view t) {
@@ -295,10 +292,10 @@ Status OutboxMapper::AddHeaders(simdjson::dom::element headers, OutboxEvent* out
   simdjson::dom::object obj;
   if (headers.get(obj)) return InvalidArgumentError("headers must be a JSON object");
   for (auto [name, value] : obj) {
-    if (ReservedHeaderName(name)) {
+    if (ReservedHeaderName(config_.header_names, name)) {
       return InvalidArgumentError("header " + std::string(name) +
-                                  " is reserved (event_id, event_type, aggregate_type and "
-                                  "walrelay.* are written by walrelay itself): rename it");
+                                  " is reserved (walrelay writes it, or it is under walrelay.): "
+                                  "rename it");
     }
     std::string_view v;
     if (value.is_string()) {

@@ -28,7 +28,7 @@ Result<std::unique_ptr<KafkaSink>> KafkaSink::Create(kafka::ProducerOptions opti
 }
 
 Status NullSink::Produce(std::string_view, std::string_view key, std::string_view value,
-                         std::span<const kafka::Header>, uint64_t cookie) {
+                         std::span<const kafka::Header>, uint64_t cookie, int64_t) {
   pending_.emplace_back(cookie, key.size() + value.size());
   ++records_;
   bytes_ += key.size() + value.size();
@@ -104,16 +104,16 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
     // from the record's own headers, then it counts as handled.
     const std::string reason = "Kafka refused the record: " + status.message();
     DeadLetter l;
-    const auto position = ParsePosition(record.Header(kPositionHeader));
+    const auto position = ParsePosition(record.Header(config_.header_names.position));
     if (position) {
       l.source = position->source;
       l.commit_lsn = position->lsn;
       l.ordinal = position->ordinal;
       l.xid = position->xid;
     }
-    l.event_id = record.Header(headers::kEventId);
+    l.event_id = record.Header(config_.header_names.event_id);
     l.aggregate_id = record.key();
-    l.event_type = record.Header(headers::kEventType);
+    l.event_type = record.Header(config_.header_names.event_type);
     l.topic = record.topic();
     l.payload = record.value();
     l.reason = reason;
@@ -242,9 +242,11 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   position.commit_time_us = tx_commit_time_us_;
   position.source = source;
   FormatPosition(position, &position_text_);
-  RecordHeaders(event_, position_text_, &headers_);
+  RecordHeaders(event_, position_text_, config_.header_names, &headers_);
   const uint64_t token = tracker_.AddEvent(tx_);
-  Status st = sink_.Produce(event_.topic, event_.key, event_.value, headers_, token);
+  const int64_t timestamp_ms =
+      config_.record_timestamp == RecordTimestamp::kCommit ? tx_commit_time_us_ / 1000 : 0;
+  Status st = sink_.Produce(event_.topic, event_.key, event_.value, headers_, token, timestamp_ms);
   if (st.code() == StatusCode::kInvalidArgument) {
     // Refused locally (too large): dead-letter; the token is acked right away.
     WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, st.message(), event_.value)));

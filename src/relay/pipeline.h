@@ -54,9 +54,10 @@ class RecordSink {
   virtual ~RecordSink() = default;
   virtual void SetDeliveryHandler(DeliveryHandler handler) = 0;
   // kInvalidArgument: the record can never be delivered (dead-letter it); other errors
-  // end the session.
+  // end the session. `timestamp_ms`: the record's timestamp, 0 = when produced.
   virtual Status Produce(std::string_view topic, std::string_view key, std::string_view value,
-                         std::span<const kafka::Header> headers, uint64_t cookie) = 0;
+                         std::span<const kafka::Header> headers, uint64_t cookie,
+                         int64_t timestamp_ms) = 0;
   virtual int Poll(std::chrono::milliseconds timeout) = 0;
   virtual Status Flush(std::chrono::milliseconds timeout) = 0;
   // OK, or the sticky fatal error that ends the session.
@@ -72,8 +73,9 @@ class KafkaSink : public RecordSink {
   static Result<std::unique_ptr<KafkaSink>> Create(kafka::ProducerOptions options);
   void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
-                 std::span<const kafka::Header> headers, uint64_t cookie) override {
-    return producer_->Produce(topic, key, value, headers, cookie);
+                 std::span<const kafka::Header> headers, uint64_t cookie,
+                 int64_t timestamp_ms) override {
+    return producer_->Produce(topic, key, value, headers, cookie, timestamp_ms);
   }
   int Poll(std::chrono::milliseconds timeout) override { return producer_->Poll(timeout); }
   Status Flush(std::chrono::milliseconds timeout) override { return producer_->Flush(timeout); }
@@ -94,7 +96,8 @@ class NullSink : public RecordSink {
  public:
   void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
   Status Produce(std::string_view topic, std::string_view key, std::string_view value,
-                 std::span<const kafka::Header> headers, uint64_t cookie) override;
+                 std::span<const kafka::Header> headers, uint64_t cookie,
+                 int64_t timestamp_ms) override;
   int Poll(std::chrono::milliseconds timeout) override;
   Status Flush(std::chrono::milliseconds timeout) override;
   Status Fatal() const override { return Status::Ok(); }

@@ -121,16 +121,16 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         if (st.code() == StatusCode::kInvalidArgument && record != nullptr) {
           refused_reason = "Kafka refused the record: " + st.message();
           DeadLetter l;
-          const auto position = ParsePosition(record->Header(kPositionHeader));
+          const auto position = ParsePosition(record->Header(config.header_names.position));
           if (position) {
             l.source = position->source;
             l.ordinal = position->ordinal;
           }
           l.recovered = true;
           l.commit_lsn = consistent_point;
-          l.event_id = record->Header(headers::kEventId);
+          l.event_id = record->Header(config.header_names.event_id);
           l.aggregate_id = record->key();
-          l.event_type = record->Header(headers::kEventType);
+          l.event_type = record->Header(config.header_names.event_type);
           l.topic = record->topic();
           l.payload = record->value();
           l.reason = refused_reason;
@@ -232,14 +232,15 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
         position.recovered = true;
         position.source = table;
         FormatPosition(position, &position_text);
-        RecordHeaders(event, position_text, &headers);
+        RecordHeaders(event, position_text, config.header_names, &headers);
         ++ordinal;
         while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
           sink.Poll(std::chrono::milliseconds(10));
           if (!failure.ok()) return failure;
           if (Clock::now() - last_report >= kReportEvery) report(false);
         }
-        Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal);
+        Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal,
+                                         /*timestamp_ms=*/0);  // commit time unknown
         if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
           DeadLetter l;
           l.source = table;

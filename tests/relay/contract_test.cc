@@ -135,3 +135,72 @@ TEST(ContractTest, RowHeadersAreEncodedAsDocumented) {
 
 }  // namespace
 }  // namespace walrelay::relay
+
+namespace walrelay::relay {
+namespace {
+
+// The records of one scripted outbox row (ScriptedSource: commit time 2000-01-01) run
+// through the real pipeline under `config`.
+testing::HoldingSink RunOneRow(RelayConfig config, std::string_view row_headers) {
+  config.shutdown_timeout = std::chrono::milliseconds(0);
+  RelayStats stats;
+  testing::ScriptedSource source(0, std::string(row_headers));
+  testing::HoldingSink sink;
+  LoggingDeadLetterSink dead_letters;
+  Pipeline::Options options;
+  options.end_of_stream_is_error = false;
+  {
+    Pipeline pipeline(config, stats, source, sink, dead_letters, options);
+    std::atomic<bool> stop{false};
+    EXPECT_TRUE(pipeline.Run(stop).ok());
+  }
+  return sink;
+}
+
+// outbox.headers renames what the relay writes (Debezium's consumers read the event id
+// from `id`), and an empty event_type / aggregate_type name leaves that header out.
+TEST(ContractTest, ConfiguredHeaderNamesAreWrittenInTheContractsOrder) {
+  RelayConfig config;
+  config.header_names = {"id", "", "", "walrelay.position"};
+  testing::HoldingSink sink = RunOneRow(config, R"({"trace_id": "t-1"})");
+  ASSERT_EQ(sink.header_names.size(), 1u);
+  EXPECT_EQ(sink.header_names[0],
+            (std::vector<std::string>{"id", "trace_id", "walrelay.position"}));
+  EXPECT_EQ(sink.header_values[0][0],
+            std::optional<std::string>("0190a0c4-7d2e-7000-8000-000000000001"));
+
+  config.header_names = {"eventId", "eventType", "aggregateType", "x-position"};
+  sink = RunOneRow(config, "{}");
+  ASSERT_EQ(sink.header_names.size(), 1u);
+  EXPECT_EQ(sink.header_names[0],
+            (std::vector<std::string>{"eventId", "eventType", "aggregateType", "x-position"}));
+}
+
+// kafka.record_timestamp: produce time (0 handed to librdkafka) by default, the source
+// transaction's commit time in ms when asked (what Debezium sets).
+TEST(ContractTest, RecordTimestampIsTheCommitTimeWhenConfigured) {
+  RelayConfig config;
+  testing::HoldingSink sink = RunOneRow(config, "{}");
+  ASSERT_EQ(sink.timestamps_ms.size(), 1u);
+  EXPECT_EQ(sink.timestamps_ms[0], 0);
+  config.record_timestamp = RecordTimestamp::kCommit;
+  sink = RunOneRow(config, "{}");
+  ASSERT_EQ(sink.timestamps_ms.size(), 1u);
+  EXPECT_EQ(sink.timestamps_ms[0], 946684800000) << "2000-01-01T00:00:00Z in ms";
+}
+
+TEST(ContractTest, HeaderNamesAreValidated) {
+  RelayConfig config;
+  config.source_dsn = "dbname=x";
+  config.embedded_kafka = true;
+  ASSERT_TRUE(config.Validate().ok()) << config.Validate().ToString();
+  config.header_names.event_id = "";
+  EXPECT_EQ(config.Validate().code(), StatusCode::kInvalidArgument);
+  config.header_names = {"id", "ID", "", "walrelay.position"};
+  Status st = config.Validate();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("two headers"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace walrelay::relay

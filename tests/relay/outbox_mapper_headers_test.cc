@@ -39,6 +39,25 @@ TEST(OutboxMapperHeadersTest, ReservedNamesFromTheHeadersColumnAreRefused) {
   EXPECT_EQ(event.extra_headers[0].first, "trace_id");
 }
 
+// Renamed headers (outbox.headers) are reserved under their configured names; a name the
+// relay no longer writes is an ordinary header again.
+TEST(OutboxMapperHeadersTest, ConfiguredHeaderNamesAreReserved) {
+  RelayConfig config;
+  config.header_names = {"id", "", "", "walrelay.position"};
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  for (const char* headers : {R"({"id": "spoofed"})", R"({"Id": "spoofed"})",
+                              R"({"walrelay.position": "0/0"})"}) {
+    Status st = mapper.MapRow("public.outbox", Row(headers), &event);
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << headers;
+    EXPECT_NE(st.message().find("reserved"), std::string::npos) << st.message();
+  }
+  ASSERT_TRUE(mapper.MapRow("public.outbox", Row(R"({"event_id": "x", "event_type": "y"})"),
+                            &event)
+                  .ok());
+  EXPECT_EQ(event.extra_headers.size(), 2u);
+}
+
 TEST(OutboxMapperHeadersTest, ReservedNamesFromAnEnvelopeAreRefused) {
   RelayConfig config;
   config.message_prefix = std::string(kDefaultMessagePrefix);

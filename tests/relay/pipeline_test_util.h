@@ -93,8 +93,9 @@ class HoldingSink : public RecordSink {
  public:
   void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
   Status Produce(std::string_view, std::string_view, std::string_view,
-                 std::span<const kafka::Header> headers, uint64_t) override {
+                 std::span<const kafka::Header> headers, uint64_t, int64_t timestamp_ms) override {
     ++produced;
+    timestamps_ms.push_back(timestamp_ms);
     std::vector<std::string> names;
     std::vector<std::optional<std::string>> values;
     for (const auto& h : headers) {
@@ -113,6 +114,7 @@ class HoldingSink : public RecordSink {
   bool has_handler() const { return static_cast<bool>(handler_); }
 
   int produced = 0;
+  std::vector<int64_t> timestamps_ms;                    // per record, 0 = produce time
   std::vector<std::vector<std::string>> header_names;  // per record
   std::vector<std::vector<std::optional<std::string>>> header_values;  // nullopt: no value
 
