@@ -110,4 +110,52 @@ std::string QuoteQualifiedName(std::string_view text) {
   return parsed.ok() ? parsed->Quoted() : QuoteIdentifier(text);
 }
 
+Status DecodeByteaText(std::string_view text, std::string* out) {
+  out->clear();
+  auto hex = [](char ch) -> int {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+  };
+  if (text.starts_with("\\x")) {
+    const std::string_view digits = text.substr(2);
+    if (digits.size() % 2 != 0) {
+      return InvalidArgumentError("bytea in hex format has an odd number of digits");
+    }
+    out->reserve(digits.size() / 2);
+    for (size_t i = 0; i < digits.size(); i += 2) {
+      const int hi = hex(digits[i]), lo = hex(digits[i + 1]);
+      if (hi < 0 || lo < 0) {
+        return InvalidArgumentError("bytea in hex format has a non-hex digit at offset " +
+                                    std::to_string(2 + i));
+      }
+      out->push_back(static_cast<char>(hi << 4 | lo));
+    }
+    return Status::Ok();
+  }
+  out->reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      out->push_back(text[i]);
+      continue;
+    }
+    if (i + 1 < text.size() && text[i + 1] == '\\') {
+      out->push_back('\\');
+      ++i;
+      continue;
+    }
+    auto octal = [&](size_t k) { return k < text.size() && text[k] >= '0' && text[k] <= '7'; };
+    if (octal(i + 1) && octal(i + 2) && octal(i + 3) && text[i + 1] <= '3') {
+      out->push_back(static_cast<char>((text[i + 1] - '0') << 6 | (text[i + 2] - '0') << 3 |
+                                       (text[i + 3] - '0')));
+      i += 3;
+      continue;
+    }
+    return InvalidArgumentError("bytea in escape format has a bad escape at offset " +
+                                std::to_string(i));
+  }
+  return Status::Ok();
+}
+
 }  // namespace walrelay

@@ -50,4 +50,11 @@ Result<QualifiedName> ParseQualifiedName(std::string_view text);
 // otherwise the whole text as one quoted identifier (the server then names the problem).
 std::string QuoteQualifiedName(std::string_view text);
 
+// The bytes of a bytea value in PostgreSQL's text form, as the server sends it (pgoutput's
+// text columns, wal2json, a text-format query result): the hex format "\\x0a1b..." (the
+// default bytea_output) or the escape format ('\\\\' for a backslash, '\\nnn' octal,
+// other bytes as themselves). Replaces *out; kInvalidArgument (saying what is wrong) for
+// text neither format allows.
+Status DecodeByteaText(std::string_view text, std::string* out);
+
 }  // namespace walrelay

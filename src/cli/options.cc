@@ -145,6 +145,31 @@ OptionSpec Millis(std::string key, std::string help,
   return s;
 }
 
+// A string option with a fixed set of values, each naming a value of the field's enum.
+template <typename T>
+OptionSpec Choice(std::string key, std::string help, T RelayConfig::*field,
+                  std::vector<std::pair<std::string, T>> choices) {
+  OptionSpec s{std::move(key), OptionKind::kString, std::move(help), false, nullptr, nullptr};
+  s.apply = [s, field, choices](RelayConfig& c, const Values& v) -> Status {
+    std::string names;
+    for (const auto& [name, value] : choices) {
+      if (name == v.back()) {
+        c.*field = value;
+        return Status::Ok();
+      }
+      names += (names.empty() ? "" : " or ") + name;
+    }
+    return InvalidArgumentError(s.Flag() + ": expected " + names + ", got '" + v.back() + "'");
+  };
+  s.show = [field, choices](const RelayConfig& c) {
+    for (const auto& [name, value] : choices) {
+      if (value == c.*field) return name;
+    }
+    return std::string("?");
+  };
+  return s;
+}
+
 // A FIELD=VALUE map option over the string fields that `fields` selects in a config.
 OptionSpec FieldMap(std::string key, std::string help,
                     std::function<std::vector<std::pair<std::string_view, std::string*>>(
@@ -231,6 +256,24 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "the prefix outbox::AppendMessage writes; while off, such messages are "
                   "dead-lettered with the reason.",
                   &RelayConfig::message_prefix));
+  {
+    OptionSpec s{"outbox.profile",
+                 OptionKind::kString,
+                 "Defaults for a family of outbox tables, applied before every other option (each "
+                 "stays overridable): walrelay (the documented schema), or debezium (Debezium's "
+                 "outbox table and Outbox Event Router defaults: columns id, aggregatetype, "
+                 "aggregateid, type, payload; topic outbox.event.${aggregate_type}; event id "
+                 "header id; commit-time timestamps; slot debezium, publication "
+                 "dbz_publication; docs/migrating-from-debezium.md).",
+                 false,
+                 nullptr,
+                 nullptr};
+    s.apply = [](RelayConfig& c, const Values& v) {
+      return relay::ApplyOutboxProfile(v.back(), &c);
+    };
+    s.show = [](const RelayConfig& c) { return c.profile; };
+    o.push_back(std::move(s));
+  }
   o.push_back(FieldMap(
       "outbox.columns",
       "Column names of the outbox table as FIELD=COLUMN (fields: id, event_id, aggregate_type, "
@@ -263,6 +306,21 @@ std::vector<OptionSpec> BuildRunOptions() {
                 {"position", &h.position}};
       },
       "the contract's names"));
+  o.push_back(Choice("outbox.key_format",
+                     "How the record key carries the aggregate id: raw (its text) or json-string "
+                     "(a JSON string literal, as Kafka Connect's JsonConverter with "
+                     "schemas.enable=false writes it; partitions follow the key's bytes).",
+                     &RelayConfig::key_format,
+                     {{"raw", relay::TextFormat::kRaw},
+                      {"json-string", relay::TextFormat::kJsonString}}));
+  o.push_back(Choice("outbox.value_format",
+                     "How the record value carries a text payload: raw (its text, e.g. the "
+                     "jsonb) or json-string (a JSON string literal of it, as JsonConverter with "
+                     "schemas.enable=false writes a Debezium outbox payload). A bytea payload is "
+                     "always its bytes.",
+                     &RelayConfig::value_format,
+                     {{"raw", relay::TextFormat::kRaw},
+                      {"json-string", relay::TextFormat::kJsonString}}));
   o.push_back(Str("outbox.topic_template",
                   "Topic when the row's topic column is absent or NULL; ${aggregate_type}, "
                   "${event_type} and ${table} are substituted.",
@@ -346,32 +404,13 @@ std::vector<OptionSpec> BuildRunOptions() {
     s.show = [](const RelayConfig&) { return std::string("(none)"); };
     o.push_back(std::move(s));
   }
-  {
-    OptionSpec s{"kafka.record_timestamp",
-                 OptionKind::kString,
-                 "The Kafka record's timestamp: produce (when walrelay sends it) or commit (the "
-                 "source transaction's commit time, as Debezium sets it; rows republished by "
-                 "lost-slot recovery get the produce time).",
-                 false,
-                 nullptr,
-                 nullptr};
-    s.apply = [s](RelayConfig& c, const Values& v) -> Status {
-      if (v.back() == "produce") {
-        c.record_timestamp = relay::RecordTimestamp::kProduce;
-      } else if (v.back() == "commit") {
-        c.record_timestamp = relay::RecordTimestamp::kCommit;
-      } else {
-        return InvalidArgumentError(s.Flag() + ": expected produce or commit, got '" + v.back() +
-                                    "'");
-      }
-      return Status::Ok();
-    };
-    s.show = [](const RelayConfig& c) {
-      return std::string(c.record_timestamp == relay::RecordTimestamp::kCommit ? "commit"
-                                                                                : "produce");
-    };
-    o.push_back(std::move(s));
-  }
+  o.push_back(Choice("kafka.record_timestamp",
+                     "The Kafka record's timestamp: produce (when walrelay sends it) or commit "
+                     "(the source transaction's commit time, as Debezium sets it; rows "
+                     "republished by lost-slot recovery get the produce time).",
+                     &RelayConfig::record_timestamp,
+                     {{"produce", relay::RecordTimestamp::kProduce},
+                      {"commit", relay::RecordTimestamp::kCommit}}));
   o.push_back(Millis("kafka.topic_error_timeout_ms",
                      "How long events of a topic that does not exist or that walrelay may not "
                      "write are retried (session restarts; /readyz names the topic) before "
@@ -631,11 +670,16 @@ RunOptionBinder::RunOptionBinder(CLI::App* app) {
 
 Result<relay::RelayConfig> RunOptionBinder::Resolve(bool require_kafka) const {
   relay::RelayConfig config;
-  // File first, so flags and environment (already merged by CLI11) override it.
-  if (!config_path_.empty()) {
-    std::vector<std::pair<const OptionSpec*, std::vector<std::string>>> file_values;
-    WALRELAY_RETURN_IF_ERROR(LoadTomlFile(config_path_, &file_values));
+  std::vector<std::pair<const OptionSpec*, std::vector<std::string>>> file_values;
+  if (!config_path_.empty()) WALRELAY_RETURN_IF_ERROR(LoadTomlFile(config_path_, &file_values));
+  // The profile sets defaults, so it applies first (flag > environment > file), and the
+  // other options, from wherever they come, override what it set.
+  auto is_profile = [](const OptionSpec* spec) { return spec->key == "outbox.profile"; };
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool profile_pass = pass == 0;
+    // File first, so flags and environment (already merged by CLI11) override it.
     for (const auto& [spec, raw] : file_values) {
+      if (is_profile(spec) != profile_pass) continue;
       bool on_command_line = false;
       for (const auto& b : bound_) {
         if (b.spec == spec && b.option->count() > 0) on_command_line = true;
@@ -643,10 +687,11 @@ Result<relay::RelayConfig> RunOptionBinder::Resolve(bool require_kafka) const {
       if (on_command_line || raw.empty()) continue;
       WALRELAY_RETURN_IF_ERROR(spec->apply(config, raw).WithContext("config file " + config_path_));
     }
-  }
-  for (const auto& b : bound_) {
-    if (b.option->count() == 0 || b.values.empty()) continue;
-    WALRELAY_RETURN_IF_ERROR(b.spec->apply(config, b.values));
+    for (const auto& b : bound_) {
+      if (is_profile(b.spec) != profile_pass) continue;
+      if (b.option->count() == 0 || b.values.empty()) continue;
+      WALRELAY_RETURN_IF_ERROR(b.spec->apply(config, b.values));
+    }
   }
   if (!require_kafka && config.bootstrap_servers.empty()) config.embedded_kafka = true;
   WALRELAY_RETURN_IF_ERROR(config.Validate());

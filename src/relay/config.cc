@@ -7,6 +7,42 @@
 
 namespace walrelay::relay {
 
+Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config) {
+  if (profile == "walrelay") {
+    config->profile = "walrelay";
+    return Status::Ok();
+  }
+  if (profile != "debezium") {
+    return InvalidArgumentError("outbox.profile: expected walrelay or debezium, got '" +
+                                std::string(profile) + "'");
+  }
+  config->profile = "debezium";
+  // Debezium's documented outbox table (id uuid, aggregatetype, aggregateid, type,
+  // payload jsonb) and the Outbox Event Router's defaults: table.field.event.id=id,
+  // table.field.event.key=aggregateid, table.field.event.payload=payload,
+  // route.by.field=aggregatetype, route.topic.replacement=outbox.event.${routedByValue}.
+  config->columns = OutboxColumns{};
+  config->columns.id = "";  // the uuid id orders nothing; recovery orders by transaction
+  config->columns.event_id = "id";
+  config->columns.aggregate_type = "aggregatetype";
+  config->columns.aggregate_id = "aggregateid";
+  config->columns.topic = "";
+  config->columns.event_type = "type";
+  config->columns.payload = "payload";
+  config->columns.headers = "";
+  config->columns.created_at = "";
+  config->topic_template = "outbox.event.${aggregate_type}";
+  // The router puts the event id in header `id` and nothing else in headers (the type
+  // only with table.fields.additional.placement=type:header:NAME: set event_type=NAME).
+  config->header_names = HeaderNames{"id", "", "", std::string(headers::kPosition)};
+  // Debezium's record timestamp is the source event's time (the commit).
+  config->record_timestamp = RecordTimestamp::kCommit;
+  // The connector's default slot.name and publication.name.
+  config->slot = "debezium";
+  config->publication = "dbz_publication";
+  return Status::Ok();
+}
+
 std::string RelayConfig::SourceConninfo() const {
   return slot::WithPassword(source_dsn, source_password);
 }

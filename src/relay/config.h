@@ -56,6 +56,23 @@ enum class RecordTimestamp {
              // whose commit time is unknown, get the produce time)
 };
 
+// How a record's key or value carries its column's text.
+enum class TextFormat {
+  kRaw,         // the text's bytes as they are (StringConverter)
+  kJsonString,  // a JSON string literal of the text: "..." with escapes (Kafka Connect's
+                // JsonConverter with schemas.enable=false, Debezium's usual default)
+};
+
+struct RelayConfig;
+// Sets the defaults of an outbox profile on `config` (before any other option applies):
+// "walrelay" changes nothing; "debezium" gives what Debezium's PostgreSQL connector with
+// the Outbox Event Router writes by default (docs/migrating-from-debezium.md): columns
+// id, aggregatetype, aggregateid, type, payload (no id ordering column, no topic or
+// headers column), topic outbox.event.${aggregate_type}, the event id in header `id` and
+// no event_type / aggregate_type headers, the commit time as the record timestamp, slot
+// `debezium` and publication `dbz_publication`. kInvalidArgument for another name.
+Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config);
+
 struct RelayConfig {
   // --- source (PostgreSQL)
   std::string source_dsn;         // libpq conninfo; password never logged
@@ -84,9 +101,15 @@ struct RelayConfig {
   // pg_logical_emit_message, chooses its topic).
   std::vector<std::string> allowed_topics;
 
-  // The Kafka headers' names (HeaderNames) and the record timestamp.
+  // The outbox profile whose defaults were applied (ApplyOutboxProfile).
+  std::string profile = "walrelay";
+  // The Kafka headers' names (HeaderNames), the record timestamp, and how the key
+  // (aggregate id) and a text value (payload) are written; a bytea payload is always its
+  // bytes.
   HeaderNames header_names;
   RecordTimestamp record_timestamp = RecordTimestamp::kProduce;
+  TextFormat key_format = TextFormat::kRaw;
+  TextFormat value_format = TextFormat::kRaw;
 
   // --- Kafka
   std::string bootstrap_servers;

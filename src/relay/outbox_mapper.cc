@@ -10,6 +10,8 @@
 namespace walrelay::relay {
 namespace {
 
+constexpr pgoutput::Oid kByteaOid = 17;  // pg_type.oid of bytea (fixed in pg_type.dat)
+
 int FindColumn(const pgoutput::Relation& relation, const std::string& name) {
   if (name.empty()) return -1;
   for (size_t i = 0; i < relation.columns.size(); ++i) {
@@ -109,6 +111,7 @@ void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
   m.event_type = FindColumn(relation, c.event_type);
   m.payload = FindColumn(relation, c.payload);
   m.headers = FindColumn(relation, c.headers);
+  m.payload_is_bytea = m.payload >= 0 && relation.columns[m.payload].type_oid == kByteaOid;
   for (auto [index, name] :
        {std::pair{m.event_id, &c.event_id}, std::pair{m.aggregate_id, &c.aggregate_id},
         std::pair{m.event_type, &c.event_type}, std::pair{m.payload, &c.payload}}) {
@@ -183,6 +186,7 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
   row.event_type = text(m.event_type, c.event_type);
   row.payload = text(m.payload, c.payload);
   row.headers = text(m.headers, c.headers);
+  row.payload_is_bytea = m.payload_is_bytea;
   Status st = MapRow(m.table, row, out);
   return first_error.ok() ? st : first_error;
 }
@@ -205,6 +209,13 @@ Status OutboxMapper::MapRow(std::string_view table, const OutboxRow& row, Outbox
   take(row.payload, c.payload, true, &out->value);
   take(row.aggregate_type, c.aggregate_type, false, &out->aggregate_type);
   if (!first_error.ok()) return first_error;
+  if (row.payload_is_bytea) {
+    std::string& bytes = owned_.emplace_back();
+    if (Status st = DecodeByteaText(out->value, &bytes); !st.ok()) {
+      return InvalidArgumentError("column " + c.payload + ": " + st.message());
+    }
+    out->value = bytes;
+  }
   if (row.headers && !row.headers->empty()) {
     simdjson::dom::element doc;
     auto err = json_.parse(row.headers->data(), row.headers->size()).get(doc);
@@ -214,7 +225,7 @@ Status OutboxMapper::MapRow(std::string_view table, const OutboxRow& row, Outbox
     }
     WALRELAY_RETURN_IF_ERROR(AddHeaders(doc, out));
   }
-  return FinishEvent(table, row.topic.value_or(std::string_view()), out);
+  return FinishEvent(table, row.topic.value_or(std::string_view()), !row.payload_is_bytea, out);
 }
 
 std::string OutboxMapper::RowAsJson(const pgoutput::Insert& insert) const {
@@ -285,7 +296,7 @@ Status OutboxMapper::MapMessage(const pgoutput::LogicalMessage& message, OutboxE
   if (!doc["headers"].get(headers) && !headers.is_null()) {
     WALRELAY_RETURN_IF_ERROR(AddHeaders(headers, out));
   }
-  return FinishEvent("", topic, out);
+  return FinishEvent("", topic, /*value_is_text=*/true, out);
 }
 
 Status OutboxMapper::AddHeaders(simdjson::dom::element headers, OutboxEvent* out) {
@@ -314,7 +325,7 @@ Status OutboxMapper::AddHeaders(simdjson::dom::element headers, OutboxEvent* out
 }
 
 Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_column,
-                                 OutboxEvent* out) {
+                                 bool value_is_text, OutboxEvent* out) {
   if (!topic_column.empty()) {
     out->topic = topic_column;
   } else {
@@ -343,6 +354,16 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
                                  "writer may publish to it");
   }
   if (out->key.empty()) return InvalidArgumentError("aggregate_id is empty");
+  if (config_.key_format == TextFormat::kJsonString) {
+    std::string& key = owned_.emplace_back();
+    AppendJsonQuoted(&key, out->key);
+    out->key = key;
+  }
+  if (config_.value_format == TextFormat::kJsonString && value_is_text) {
+    std::string& value = owned_.emplace_back();
+    AppendJsonQuoted(&value, out->value);
+    out->value = value;
+  }
   return Status::Ok();
 }
 

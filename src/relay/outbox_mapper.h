@@ -3,8 +3,11 @@
 //
 //   topic   = the row's topic column when present and non-NULL, else the topic template
 //             with ${aggregate_type}, ${event_type}, ${table} substituted
-//   key     = aggregate_id (never NULL: a NULL or absent aggregate_id is unmappable)
-//   value   = payload exactly as PostgreSQL sent it (jsonb text form)
+//   key     = aggregate_id (never NULL: a NULL or absent aggregate_id is unmappable), as
+//             its text or (key_format json-string) a JSON string literal of it
+//   value   = payload exactly as PostgreSQL sent it (jsonb/json/text: its text form; with
+//             value_format json-string, a JSON string literal of that text); a bytea
+//             payload (Avro, Protobuf) as its bytes
 //   headers = event_id, event_type, aggregate_type (when set), every string entry of the
 //             headers column (a JSON object), and the source position added by the relay.
 //             The names walrelay writes (event_id, event_type, aggregate_type, walrelay.*,
@@ -51,6 +54,9 @@ namespace walrelay::relay {
 struct OutboxRow {
   std::optional<std::string_view> event_id, aggregate_type, aggregate_id, topic, event_type,
       payload, headers;
+  // The payload column is bytea (Avro, Protobuf): `payload` is its text form (\x hex) and
+  // the record's value is the bytes.
+  bool payload_is_bytea = false;
 };
 
 struct OutboxEvent {
@@ -119,10 +125,14 @@ class OutboxMapper {
     std::vector<std::string> column_names;
     int event_id = -1, aggregate_type = -1, aggregate_id = -1, topic = -1, event_type = -1,
         payload = -1, headers = -1;
+    bool payload_is_bytea = false;
   };
 
   void Reset(OutboxEvent* out);
-  Status FinishEvent(std::string_view table, std::string_view topic_column, OutboxEvent* out);
+  // Topic, its checks, the key check, and the key and value formats (config's
+  // key_format / value_format; `value_is_text` false for a bytea payload's bytes).
+  Status FinishEvent(std::string_view table, std::string_view topic_column, bool value_is_text,
+                     OutboxEvent* out);
   Status AddHeaders(simdjson::dom::element headers, OutboxEvent* out);
 
   const RelayConfig& config_;

@@ -189,12 +189,28 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
   constexpr auto kReportEvery = std::chrono::seconds(10);
 
   for (const std::string& table : config.tables) {
+    // A bytea payload (Avro, Protobuf) is read as text (\x hex) and published as bytes,
+    // as the stream does it.
+    const std::string quoted_table = QuoteQualifiedName(table);
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr type,
+        slot::ExecPg(conn.get(),
+                     "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND "
+                     "attname = $2 AND NOT attisdropped AND atttypid = 'bytea'::regtype",
+                     {quoted_table.c_str(), c.payload.c_str()},
+                     "recovery: reading the payload column's type of " + table));
+    const bool payload_is_bytea = std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
     const std::string select =
         "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.event_id) + ", " +
         Column(c.aggregate_type) + ", " + Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
         Column(c.event_type) + ", " + Column(c.payload) + ", " + Column(c.headers) + " FROM " +
         QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
-        (c.id.empty() ? std::string("ctid") : QuoteIdentifier(c.id));
+        // Without an ordering id (a uuid key, Debezium's table): the inserting transaction's
+        // place in the span, then the row's place in the table (insertion order within a
+        // transaction, unless the table was vacuumed and space reused).
+        (c.id.empty() ? "((xmin::text::bigint - " + std::to_string(bound_xmin % kXidSpace) +
+                            ") & " + std::to_string(kXidSpace - 1) + "), ctid"
+                      : QuoteIdentifier(c.id));
     WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table));
     while (true) {
       WALRELAY_ASSIGN_OR_RETURN(
@@ -207,7 +223,8 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
           if (PQgetisnull(rows.get(), i, col)) return std::nullopt;
           return std::string_view(PQgetvalue(rows.get(), i, col), PQgetlength(rows.get(), i, col));
         };
-        OutboxRow row{field(0), field(1), field(2), field(3), field(4), field(5), field(6)};
+        OutboxRow row{field(0), field(1), field(2), field(3),
+                      field(4), field(5), field(6), payload_is_bytea};
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
           DeadLetter l;

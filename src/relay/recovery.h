@@ -47,6 +47,12 @@
 //   5. records N (at the new slot's consistent point) as the bound, clears the mark, and
 //      streams from the new slot, whose start is exactly N: nothing is missed between.
 //
+// Order: by the configured id column (outbox.columns id, an identity in the documented
+// schema); without one (a uuid key, the Debezium profile), by inserting transaction (xid)
+// and then physical position. Neither is commit order: republished rows of one aggregate
+// keep their order when its transactions ran one after another, which row locks on the
+// aggregate normally ensure.
+//
 // Which rows repeat (consumers dedup on event_id): the rows above that were already
 // delivered — transactions in flight around the bound, those that committed after it
 // before the slot was lost — and rows UPDATEd after they were first published (an UPDATE

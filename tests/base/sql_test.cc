@@ -50,5 +50,21 @@ TEST(SqlNameTest, QuotingRoundTrips) {
   EXPECT_EQ(QuoteIdentifier("we\"ird"), "\"we\"\"ird\"");
 }
 
+// bytea's two text forms, as the server writes them (bytea_output = hex | escape).
+TEST(SqlByteaTest, DecodesBothTextForms) {
+  std::string out;
+  ASSERT_TRUE(DecodeByteaText("\\x00ff10Ab", &out).ok());
+  EXPECT_EQ(out, std::string("\x00\xff\x10\xab", 4));
+  ASSERT_TRUE(DecodeByteaText("\\x", &out).ok());
+  EXPECT_EQ(out, "");
+  // Escape form: SELECT '\x00ff5c41'::bytea under bytea_output = escape is \000\377\\A.
+  ASSERT_TRUE(DecodeByteaText("\\000\\377\\\\A", &out).ok());
+  EXPECT_EQ(out, std::string("\x00\xff\\A", 4));
+  for (std::string_view bad : {"\\x0", "\\xzz", "\\9", "a\\", "\\400"}) {
+    Status st = DecodeByteaText(bad, &out);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace walrelay

@@ -78,6 +78,81 @@ TEST(OptionsTest, FlagBeatsEnvBeatsFile) {
   std::remove(file.c_str());
 }
 
+// The Debezium profile: what a Debezium PostgreSQL connector with the Outbox Event Router
+// has by default, setting by setting (Debezium property -> walrelay option).
+TEST(OptionsTest, DebeziumProfileSetsTheOutboxEventRoutersDefaults) {
+  std::vector<std::string> args = kMinimal;
+  args.insert(args.end(), {"--outbox-profile", "debezium"});
+  auto p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  const relay::RelayConfig& c = *p.config;
+  struct Row {
+    const char* debezium;  // the Debezium property and its default
+    std::string walrelay, expected;
+  };
+  const Row rows[] = {
+      {"table.field.event.id=id", c.columns.event_id, "id"},
+      {"table.field.event.key=aggregateid", c.columns.aggregate_id, "aggregateid"},
+      {"table.field.event.payload=payload", c.columns.payload, "payload"},
+      {"route.by.field=aggregatetype", c.columns.aggregate_type, "aggregatetype"},
+      {"(documented DDL) type", c.columns.event_type, "type"},
+      {"route.topic.replacement=outbox.event.${routedByValue}", c.topic_template,
+       "outbox.event.${aggregate_type}"},
+      {"event id header id", c.header_names.event_id, "id"},
+      {"no type header", c.header_names.event_type, ""},
+      {"no aggregate type header", c.header_names.aggregate_type, ""},
+      {"slot.name=debezium", c.slot, "debezium"},
+      {"publication.name=dbz_publication", c.publication, "dbz_publication"},
+      {"uuid id: no ordering column", c.columns.id, ""},
+      {"no topic column", c.columns.topic, ""},
+      {"no headers column", c.columns.headers, ""},
+  };
+  for (const Row& r : rows) EXPECT_EQ(r.walrelay, r.expected) << r.debezium;
+  EXPECT_EQ(c.record_timestamp, relay::RecordTimestamp::kCommit);
+  EXPECT_EQ(c.key_format, relay::TextFormat::kRaw);
+  EXPECT_EQ(c.value_format, relay::TextFormat::kRaw);
+  EXPECT_EQ(c.profile, "debezium");
+}
+
+// A profile only sets defaults: every other option wins over it, wherever it comes from
+// (the profile in the file, an override on the command line, and the other way round).
+TEST(OptionsTest, OptionsOverrideTheProfileWhereverTheyComeFrom) {
+  std::string file = WriteFile(
+      "[outbox]\nprofile = \"debezium\"\nvalue_format = \"json-string\"\n"
+      "[outbox.headers]\nevent_type = \"eventType\"\n");
+  std::vector<std::string> args = kMinimal;
+  args.insert(args.end(), {"--config", file, "--source-slot", "mine", "--outbox-column",
+                           "aggregate_id=aggregate_id", "--kafka-record-timestamp", "produce"});
+  auto p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->profile, "debezium");
+  EXPECT_EQ(p.config->slot, "mine");
+  EXPECT_EQ(p.config->publication, "dbz_publication");
+  EXPECT_EQ(p.config->columns.aggregate_id, "aggregate_id");
+  EXPECT_EQ(p.config->columns.event_id, "id");
+  EXPECT_EQ(p.config->header_names.event_type, "eventType");
+  EXPECT_EQ(p.config->value_format, relay::TextFormat::kJsonString);
+  EXPECT_EQ(p.config->record_timestamp, relay::RecordTimestamp::kProduce);
+  std::remove(file.c_str());
+
+  // Profile on the command line, an override in the file.
+  file = WriteFile("[outbox]\ntopic_template = \"events.${aggregate_type}\"\n");
+  args = kMinimal;
+  args.insert(args.end(), {"--config", file, "--outbox-profile", "debezium"});
+  p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->topic_template, "events.${aggregate_type}");
+  EXPECT_EQ(p.config->columns.event_id, "id");
+  std::remove(file.c_str());
+
+  args = kMinimal;
+  args.insert(args.end(), {"--outbox-profile", "kafka-connect"});
+  p = Parse(args);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("expected walrelay or debezium"), std::string::npos)
+      << p.config.status().ToString();
+}
+
 TEST(OptionsTest, UnknownFileKeyIsAnError) {
   std::string file = WriteFile("[source]\nslto = \"typo\"\n");
   auto p = Parse({"--config", file, "--source-dsn", "x", "--kafka-bootstrap-servers", "k:1"});
