@@ -3,6 +3,8 @@
 //   config-reference  print the configuration reference (Markdown)
 //   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
 //   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
+//   cutover debezium  take over a stopped Debezium connector's slot and stream from it
+//                     (src/relay/takeover.h, docs/migrating-from-debezium.md)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration, 3 (run) refused to
 // go on without an operator (cli::ExitCodeFor, src/cli/options.h).
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -18,6 +20,7 @@
 #include "src/cli/record.h"
 #include "src/cli/setup.h"
 #include "src/relay/relay.h"
+#include "src/relay/takeover.h"
 
 namespace {
 
@@ -52,6 +55,35 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
   return 0;
 }
 
+// `walrelay cutover debezium`: the checks of PlanTakeover, then `run` on the same slot.
+int RunCutover(walrelay::relay::RelayConfig config, bool dry_run) {
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  (void)walrelay::cli::SetLogFormat(config.log_format);
+  // A new slot would start now and miss what the connector had not confirmed.
+  config.create_slot = false;
+  auto plan = walrelay::relay::PlanTakeover(config);
+  if (!plan.ok()) {
+    const int code = walrelay::cli::ExitCodeFor(plan.status());
+    spdlog::critical("cutover refused (exit {}): {}", code, plan.status().message());
+    return code;
+  }
+  for (const std::string& check : plan->checks) spdlog::info("cutover: ok: {}", check);
+  const std::string what = fmt::format(
+      "stream slot {} (publication {}) from {}: every transaction committed after the "
+      "connector's last confirmation is published to {} (profile {}), keyed by column {}, "
+      "event id in header {}; transactions the connector sent but had not confirmed are "
+      "sent again",
+      config.slot, config.publication, plan->start.ToString(), config.topic_template,
+      config.profile, config.columns.aggregate_id, config.header_names.event_id);
+  if (dry_run) {
+    std::cout << "walrelay cutover debezium --dry-run: every check passed; would " << what
+              << "\n";
+    return 0;
+  }
+  spdlog::info("cutover: {}", what);
+  return RunRelay(config);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,6 +113,25 @@ int main(int argc, char** argv) {
   setup->add_flag("--dry-run", dry_run, "Print the SQL instead of running it");
   setup->add_flag("--no-tables", no_tables,
                   "Do not create outbox tables (they exist with another schema)");
+
+  CLI::App* cutover = app.add_subcommand(
+      "cutover", "Take over the slot of a stopped CDC connector and stream from it.");
+  cutover->require_subcommand(1);
+  CLI::App* cutover_debezium = cutover->add_subcommand(
+      "debezium",
+      "Replace a Debezium PostgreSQL connector with the Outbox Event Router: after the "
+      "connector is stopped, checks its slot (inactive, valid, pgoutput), publication and "
+      "outbox table, then streams from the slot's confirmed_flush_lsn as `run` does, with "
+      "the debezium outbox profile unless --outbox-profile says otherwise. Nothing the "
+      "connector had not confirmed is lost; what it sent but had not confirmed is sent again. "
+      "Never creates a slot. Takes every option of `run`. See "
+      "docs/migrating-from-debezium.md.");
+  walrelay::cli::RunOptionBinder cutover_binder(cutover_debezium);
+  cutover_binder.set_default_profile("debezium");
+  bool cutover_dry_run = false;
+  cutover_debezium->add_flag("--dry-run", cutover_dry_run,
+                             "Check and print what would happen, then exit (reads only)");
+  cutover_debezium->footer(walrelay::cli::kRunExitCodesHelp);
 
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
@@ -118,6 +169,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+  if (cutover_debezium->parsed()) {
+    auto config = cutover_binder.Resolve();
+    if (!config.ok()) {
+      std::cerr << "walrelay cutover debezium: " << config.status().message() << "\n";
+      return 2;
+    }
+    return RunCutover(*config, cutover_dry_run);
   }
   if (run->parsed()) {
     auto config = binder.Resolve();

@@ -675,6 +675,7 @@ Result<relay::RelayConfig> RunOptionBinder::Resolve(bool require_kafka) const {
   // The profile sets defaults, so it applies first (flag > environment > file), and the
   // other options, from wherever they come, override what it set.
   auto is_profile = [](const OptionSpec* spec) { return spec->key == "outbox.profile"; };
+  WALRELAY_RETURN_IF_ERROR(relay::ApplyOutboxProfile(default_profile_, &config));
   for (int pass = 0; pass < 2; ++pass) {
     const bool profile_pass = pass == 0;
     // File first, so flags and environment (already merged by CLI11) override it.

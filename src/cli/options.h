@@ -85,6 +85,8 @@ class RunOptionBinder {
   // REQUIRES: the App has been parsed. `require_kafka` false skips the Kafka checks
   // (for commands that only touch PostgreSQL).
   Result<relay::RelayConfig> Resolve(bool require_kafka = true) const;
+  // The outbox profile applied when none is given (`walrelay cutover debezium`: debezium).
+  void set_default_profile(std::string profile) { default_profile_ = std::move(profile); }
 
  private:
   struct Bound {
@@ -94,6 +96,7 @@ class RunOptionBinder {
   };
   std::vector<Bound> bound_;
   std::string config_path_;
+  std::string default_profile_ = "walrelay";
 };
 
 }  // namespace walrelay::cli

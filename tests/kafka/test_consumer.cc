@@ -49,6 +49,7 @@ std::vector<ConsumedRecord> ConsumeUntil(
       ConsumedRecord r;
       r.partition = m->partition;
       r.offset = m->offset;
+      r.timestamp_ms = rd_kafka_message_timestamp(m, nullptr);
       if (m->key != nullptr) r.key.assign(static_cast<const char*>(m->key), m->key_len);
       if (m->payload != nullptr) r.value.assign(static_cast<const char*>(m->payload), m->len);
       rd_kafka_headers_t* hdrs = nullptr;

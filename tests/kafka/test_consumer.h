@@ -18,6 +18,7 @@ struct ConsumedRecord {
   std::string key;
   std::string value;
   std::vector<std::pair<std::string, std::string>> headers;
+  int64_t timestamp_ms = -1;  // the record's timestamp (CreateTime), -1 when none
 
   // The first header named `name`, or "" when absent.
   std::string Header(std::string_view name) const {

@@ -1,0 +1,321 @@
+// Debezium's world without Debezium (issue 12): its outbox table (uuid id, aggregatetype,
+// aggregateid, type, payload jsonb), its publication and pgoutput slot, rows the
+// connector confirmed (the slot advanced past them with pg_replication_slot_advance) and
+// rows it did not, some of which it had already sent to Kafka. The cut-over (the checks
+// of PlanTakeover, then the relay under the debezium profile on the same slot) must
+// publish every unconfirmed row exactly as the profile promises, none of the confirmed
+// ones, and an inbox consumer deduplicating on the `id` header applies each event once.
+// Then everything the cut-over refuses, each with its fix.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "slot/replication_connection.h"
+#include "src/inbox/inbox.h"
+#include "src/kafka/mock_cluster.h"
+#include "src/kafka/producer.h"
+#include "src/relay/plugin_options.h"
+#include "src/relay/position.h"
+#include "src/relay/relay.h"
+#include "src/relay/takeover.h"
+#include "tests/kafka/test_consumer.h"
+#include "tests/support/pg_cluster.h"
+#include "tests/support/slot_wait.h"
+
+namespace walrelay::relay {
+namespace {
+
+using namespace std::chrono_literals;
+using kafka::testing::ConsumedRecord;
+
+constexpr int kPartitions = 6;
+constexpr const char* kTopic = "outbox.event.order";
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class DebeziumCutoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pg = testing::TestCluster::Start({});
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    pg_ = std::move(*pg);
+    // Debezium's documented outbox table, and one with an Avro (bytea) payload.
+    ASSERT_TRUE(pg_->Exec(R"(
+      CREATE TABLE public.outbox (
+        id uuid NOT NULL PRIMARY KEY,
+        aggregatetype varchar(255) NOT NULL,
+        aggregateid varchar(255) NOT NULL,
+        type varchar(255) NOT NULL,
+        payload jsonb);
+      CREATE TABLE public.outbox_avro (
+        id uuid NOT NULL PRIMARY KEY,
+        aggregatetype varchar(255) NOT NULL,
+        aggregateid varchar(255) NOT NULL,
+        type varchar(255) NOT NULL,
+        payload bytea);
+      CREATE PUBLICATION dbz_publication FOR TABLE public.outbox, public.outbox_avro;)")
+                    .ok());
+    // Its own statement: a slot cannot be created in a transaction that wrote.
+    Status slot = pg_->Exec("SELECT pg_create_logical_replication_slot('debezium', 'pgoutput')");
+    ASSERT_TRUE(slot.ok()) << slot.ToString();
+    auto kc = kafka::MockCluster::Create(3);
+    ASSERT_TRUE(kc.ok()) << kc.status().ToString();
+    kafka_ = std::move(*kc);
+    ASSERT_TRUE(kafka_->CreateTopic(kTopic, kPartitions, 3).ok());
+
+    ASSERT_TRUE(ApplyOutboxProfile("debezium", &config_).ok());
+    config_.tables = {"public.outbox", "public.outbox_avro"};
+    config_.source_dsn = pg_->conninfo();
+    config_.bootstrap_servers = kafka_->bootstraps();
+    config_.create_slot = false;
+    config_.status_interval = 100ms;
+    config_.reconnect_min = 50ms;
+    config_.reconnect_max = 500ms;
+  }
+
+  void TearDown() override {
+    if (relay_) {
+      relay_->RequestStop();
+      thread_.join();
+    }
+  }
+
+  // `txs` transactions of `rows` orders each, payload {"seq": n}, aggregates order-<n % 7>.
+  void WriteOrders(int first, int txs, int rows) {
+    for (int t = 0; t < txs; ++t) {
+      const int lo = first + t * rows;
+      // A synchronous commit: the slot can be advanced only to flushed WAL.
+      ASSERT_TRUE(pg_->Exec("SET synchronous_commit = on; "
+                            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                            "SELECT gen_random_uuid(), 'order', 'order-' || (g % 7), "
+                            "'OrderCreated', jsonb_build_object('seq', g, 'note', 'a \"b\"') "
+                            "FROM generate_series(" +
+                            std::to_string(lo) + ", " + std::to_string(lo + rows - 1) + ") g")
+                      .ok());
+    }
+  }
+
+  std::set<std::string> Ids(const std::string& where) {
+    auto rows = pg_->Query("SELECT id::text FROM outbox WHERE " + where);
+    EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+    std::set<std::string> ids;
+    if (rows.ok()) {
+      for (const auto& r : *rows) ids.insert(*r[0]);
+    }
+    return ids;
+  }
+
+  std::unique_ptr<testing::TestCluster> pg_;
+  std::unique_ptr<kafka::MockCluster> kafka_;
+  RelayConfig config_;
+  std::unique_ptr<Relay> relay_;
+  std::thread thread_;
+  Status run_status_;
+};
+
+TEST_F(DebeziumCutoverTest, UnconfirmedRowsArriveAsDebeziumWroteThemAndApplyOnce) {
+  // Rows the connector sent and confirmed: the slot moves past them.
+  WriteOrders(0, 5, 10);
+  ASSERT_TRUE(
+      pg_->Exec("SELECT pg_replication_slot_advance('debezium', pg_current_wal_insert_lsn())")
+          .ok());
+  const std::set<std::string> confirmed = Ids("true");
+  ASSERT_EQ(confirmed.size(), 50u);
+  // Rows committed after the connector's last confirmation (one with a bytea payload).
+  const int64_t written_from_ms = NowMs();
+  WriteOrders(100, 7, 10);
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox_avro VALUES (gen_random_uuid(), 'order', "
+                        "'order-avro', 'OrderCreated', '\\x00010203ff'::bytea)")
+                  .ok());
+  const int64_t written_to_ms = NowMs();
+  std::set<std::string> unconfirmed;
+  for (const auto& id : Ids("true")) {
+    if (!confirmed.count(id)) unconfirmed.insert(id);
+  }
+  ASSERT_EQ(unconfirmed.size(), 70u);
+  auto avro_id = pg_->QueryScalar("SELECT id::text FROM outbox_avro");
+  ASSERT_TRUE(avro_id.ok());
+
+  // What the connector had already sent of them before it was stopped (Debezium's form):
+  // these arrive twice, and the inbox absorbs the repeats.
+  auto sent = pg_->Query(
+      "SELECT id::text, aggregateid, payload::text FROM outbox WHERE (payload->>'seq')::int "
+      "BETWEEN 100 AND 119");
+  ASSERT_TRUE(sent.ok() && sent->size() == 20u);
+  {
+    kafka::ProducerOptions opt;
+    opt.properties = {{"bootstrap.servers", kafka_->bootstraps()}};
+    int failed = 0;
+    auto producer = kafka::Producer::Create(
+        opt, [&](uint64_t, const Status& st, const kafka::DeliveredRecord&) { failed += !st.ok(); });
+    ASSERT_TRUE(producer.ok());
+    for (size_t i = 0; i < sent->size(); ++i) {
+      const auto& r = (*sent)[i];
+      std::vector<kafka::Header> h = {{"id", *r[0]}};
+      ASSERT_TRUE((*producer)->Produce(kTopic, *r[1], *r[2], h, i).ok());
+    }
+    ASSERT_TRUE((*producer)->Flush(30s).ok());
+    ASSERT_EQ(failed, 0);
+  }
+
+  // The cut-over: checks, then the relay on the connector's slot.
+  const Lsn advanced = testing::ConfirmedFlush(*pg_, "debezium");
+  auto plan = PlanTakeover(config_);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->start, advanced);
+  EXPECT_GT(plan->pending_wal_bytes, 0u);
+  EXPECT_FALSE(plan->publication_all_tables);
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+
+  // Everything to the end of the topic: 20 sent before + 71 from the relay.
+  auto records = kafka::testing::ConsumeAll(kafka_->bootstraps(), kTopic, kPartitions, 91, 60s);
+  ASSERT_EQ(records.size(), 91u);
+  ASSERT_TRUE(testing::WaitConfirmedPastCurrent(*pg_, 30s, "debezium"));
+  EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), kTopic, kPartitions), 91)
+      << "more records than the unconfirmed rows and the connector's";
+
+  std::map<std::string, int> by_id;
+  auto rows = pg_->Query("SELECT id::text, aggregateid, payload::text FROM outbox");
+  ASSERT_TRUE(rows.ok());
+  std::map<std::string, std::pair<std::string, std::string>> table;  // id -> key, value
+  for (const auto& r : *rows) table[*r[0]] = {*r[1], *r[2]};
+  for (const ConsumedRecord& r : records) {
+    const std::string id = r.Header("id");
+    ++by_id[id];
+    if (r.Header("walrelay.position").empty()) continue;  // the connector's copy
+    // Exactly the profile's record: Debezium's header set, key, value, timestamp.
+    std::vector<std::string> names;
+    for (const auto& h : r.headers) names.push_back(h.first);
+    EXPECT_EQ(names, (std::vector<std::string>{"id", "walrelay.position"}));
+    if (id == *avro_id) {
+      EXPECT_EQ(r.key, "order-avro");
+      EXPECT_EQ(r.value, std::string("\x00\x01\x02\x03\xff", 5)) << "bytea must be its bytes";
+    } else {
+      ASSERT_TRUE(table.count(id)) << id;
+      EXPECT_EQ(r.key, table[id].first);
+      EXPECT_EQ(r.value, table[id].second) << "the jsonb payload as PostgreSQL writes it";
+    }
+    auto position = ParsePosition(r.Header("walrelay.position"));
+    ASSERT_TRUE(position.has_value());
+    EXPECT_EQ(r.timestamp_ms, position->commit_time_us / 1000) << "commit time, as Debezium";
+    EXPECT_GE(r.timestamp_ms, written_from_ms - 1000);
+    EXPECT_LE(r.timestamp_ms, written_to_ms + 1000);
+  }
+  for (const auto& id : confirmed) EXPECT_EQ(by_id.count(id), 0u) << "confirmed row " << id;
+  for (const auto& id : unconfirmed) {
+    const bool sent_before = by_id[id] == 2;
+    EXPECT_TRUE(by_id[id] == 1 || sent_before) << id << " arrived " << by_id[id] << " times";
+  }
+  EXPECT_EQ(by_id[*avro_id], 1);
+  EXPECT_EQ(by_id.size(), 71u);
+
+  // A consumer deduplicating on Debezium's `id` header applies each event once.
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE applied (event_id text PRIMARY KEY)").ok());
+  inbox::InboxOptions o;
+  o.bootstrap_servers = kafka_->bootstraps();
+  o.group_id = "orders";
+  o.topics = {kTopic};
+  o.properties = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
+  o.conninfo = pg_->conninfo();
+  o.consumer_name = "orders";
+  o.event_id_header = "id";
+  o.inbox_retention = std::chrono::hours(24 * 8);
+  o.replay_window = std::chrono::hours(24 * 7);
+  o.describe_configs_timeout = 1s;
+  auto consumer = inbox::InboxConsumer::Create(
+      o, [](const inbox::InboxMessage& m, inbox::Transaction& tx) -> Status {
+        return tx.Exec("INSERT INTO applied VALUES ($1)", {m.event_id}).status();
+      });
+  ASSERT_TRUE(consumer.ok()) << consumer.status().ToString();
+  ASSERT_TRUE((*consumer)->EnsureSchema().ok());
+  Status consumer_status;
+  std::thread runner([&] { consumer_status = (*consumer)->Run(); });
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const inbox::InboxStats s = (*consumer)->stats();
+    if (s.applied + s.duplicates + s.dead_lettered >= 91) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  (*consumer)->Stop();
+  runner.join();
+  EXPECT_TRUE(consumer_status.ok()) << consumer_status.ToString();
+  const inbox::InboxStats s = (*consumer)->stats();
+  EXPECT_EQ(s.applied, 71u);
+  EXPECT_EQ(s.duplicates, 20u);
+  EXPECT_EQ(s.dead_lettered, 0u);
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM applied"), "71");
+}
+
+// Each refusal names what is wrong and the fix; none changes anything.
+TEST_F(DebeziumCutoverTest, RefusesWhatItCannotTakeOver) {
+  auto refused = [&](const RelayConfig& config, std::string_view needle) {
+    auto plan = PlanTakeover(config);
+    ASSERT_FALSE(plan.ok()) << "expected a refusal naming '" << needle << "'";
+    EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition) << plan.status().ToString();
+    EXPECT_NE(plan.status().message().find(needle), std::string::npos)
+        << plan.status().message();
+    EXPECT_NE(plan.status().message().find("Fix"), std::string::npos) << plan.status().message();
+  };
+  RelayConfig c = config_;
+  c.slot = "no_such_slot";
+  refused(c, "does not exist");
+
+  ASSERT_TRUE(
+      pg_->Exec("SELECT pg_create_logical_replication_slot('other', 'test_decoding')").ok());
+  c = config_;
+  c.slot = "other";
+  refused(c, "test_decoding, which walrelay cannot read");
+
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE unrelated (x int); "
+                        "CREATE PUBLICATION elsewhere FOR TABLE unrelated")
+                  .ok());
+  c = config_;
+  c.publication = "elsewhere";
+  refused(c, "ALTER PUBLICATION");
+
+  // Not Debezium-shaped: walrelay's own schema under the debezium profile.
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE public.mine (id bigint, event_id uuid, aggregate_id text, "
+                        "event_type text, payload jsonb); "
+                        "ALTER PUBLICATION dbz_publication ADD TABLE public.mine")
+                  .ok());
+  c = config_;
+  c.tables = {"public.mine"};
+  refused(c, "not shaped for the outbox profile 'debezium'");
+
+  // A payload of a type walrelay does not publish.
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE public.odd (id uuid, aggregatetype text, aggregateid "
+                        "text, type text, payload int); "
+                        "ALTER PUBLICATION dbz_publication ADD TABLE public.odd")
+                  .ok());
+  c = config_;
+  c.tables = {"public.odd"};
+  refused(c, "payload column payload is integer");
+
+  // The connector still reads the slot.
+  auto conn = slot::ReplicationConnection::Connect(pg_->conninfo());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  ASSERT_TRUE((*conn)
+                  ->StartLogical("debezium", Lsn(0),
+                                 StartReplicationOptions("pgoutput", "dbz_publication",
+                                                         config_.tables))
+                  .ok());
+  refused(config_, "in use by process");
+  conn->reset();
+
+  // Nothing was created or moved: the connector's slot is as it was.
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "2");
+}
+
+}  // namespace
+}  // namespace walrelay::relay
