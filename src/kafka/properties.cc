@@ -22,6 +22,8 @@ constexpr JavaProperty kJavaProperties[] = {
     {"ssl.truststore.type", "ssl.ca.location (PEM); a JKS store must be converted to PEM"},
     {"ssl.keystore.type",
      "ssl.keystore.location (PKCS#12 only) or ssl.certificate.location + ssl.key.location (PEM)"},
+    {"max.request.size", "message.max.bytes"},
+    {"buffer.memory", "queue.buffering.max.kbytes (in kilobytes)"},
     {"key.serializer", "nothing: walrelay writes keys as bytes"},
     {"value.serializer", "nothing: walrelay writes values as bytes"},
     {"key.deserializer", "nothing: the inbox reads keys as bytes"},

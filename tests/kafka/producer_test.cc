@@ -172,6 +172,13 @@ TEST_F(ProducerTest, RefusedPropertyErrorNamesThePropertyNotItsValue) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("ssl.ca.location"), std::string::npos)
       << p.status().ToString();
+  // A Debezium connector's producer.max.request.size, carried over by hand.
+  java.properties = {{"bootstrap.servers", cluster_->bootstraps()},
+                     {"max.request.size", "2097152"}};
+  p = Producer::Create(java, reports_.Callback());
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("message.max.bytes"), std::string::npos)
+      << p.status().ToString();
 }
 
 TEST_F(ProducerTest, OversizedRecordIsInvalidArgumentWithSizeAndLimit) {

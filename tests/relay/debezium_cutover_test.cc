@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -27,6 +30,7 @@
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"
+#include "tests/support/subprocess.h"
 
 namespace walrelay::relay {
 namespace {
@@ -315,6 +319,44 @@ TEST_F(DebeziumCutoverTest, RefusesWhatItCannotTakeOver) {
 
   // Nothing was created or moved: the connector's slot is as it was.
   EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "2");
+}
+
+// The command as an operator runs it: --dry-run prints every check and the plan and
+// changes nothing (exit 0); a refusal exits non-zero with the fix in the log.
+TEST_F(DebeziumCutoverTest, DryRunPrintsThePlanAndChangesNothing) {
+  WriteOrders(0, 2, 5);
+  const Lsn before = testing::ConfirmedFlush(*pg_, "debezium");
+  const std::string log = ::testing::TempDir() + "/cutover-dry-run.log";
+  std::remove(log.c_str());
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {WALRELAY_BINARY, "cutover", "debezium", "--source-dsn",
+                                     pg_->conninfo(), "--kafka-bootstrap-servers",
+                                     kafka_->bootstraps(), "--source-table", "public.outbox"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = testing::Subprocess::Start(argv, log);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? p->Wait(30s) : std::nullopt;
+  };
+  EXPECT_EQ(run({"--dry-run"}), std::optional<int>(0));
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("cutover: ok: slot debezium is not in use"), std::string::npos) << out;
+  EXPECT_NE(out.find("every check passed; would stream slot debezium (publication "
+                     "dbz_publication) from " +
+                     before.ToString()),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("event id in header id"), std::string::npos) << out;
+  EXPECT_EQ(testing::ConfirmedFlush(*pg_, "debezium"), before);
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "1");
+
+  std::remove(log.c_str());
+  EXPECT_EQ(run({"--dry-run", "--source-slot", "gone"}), std::optional<int>(1));
+  std::ifstream in2(log);
+  const std::string refused((std::istreambuf_iterator<char>(in2)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_NE(refused.find("cutover refused"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("does not exist"), std::string::npos) << refused;
 }
 
 }  // namespace
