@@ -5,6 +5,7 @@
 //   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
 //   cutover debezium  take over a stopped Debezium connector's slot and stream from it
 //                     (src/relay/takeover.h, docs/migrating-from-debezium.md)
+//   republish         publish outbox rows already in the tables again (src/relay/republish.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration, 3 (run) refused to
 // go on without an operator (cli::ExitCodeFor, src/cli/options.h).
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -20,6 +21,7 @@
 #include "src/cli/record.h"
 #include "src/cli/setup.h"
 #include "src/relay/relay.h"
+#include "src/relay/republish.h"
 #include "src/relay/takeover.h"
 
 namespace {
@@ -84,6 +86,29 @@ int RunCutover(walrelay::relay::RelayConfig config, bool dry_run) {
   return RunRelay(config);
 }
 
+int RunRepublish(const walrelay::relay::RelayConfig& config,
+                 const walrelay::relay::RepublishRequest& request) {
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  (void)walrelay::cli::SetLogFormat(config.log_format);
+  auto result = walrelay::relay::Republish(config, request);
+  if (!result.ok()) {
+    const int code = walrelay::cli::ExitCodeFor(result.status());
+    spdlog::critical("republish failed (exit {}): {}", code, result.status().message());
+    return code;
+  }
+  if (request.dry_run) {
+    std::cout << "walrelay republish --dry-run: " << result->rows.expected
+              << " rows would be republished\n";
+    return 0;
+  }
+  spdlog::info("republish done: {} rows published, {} dead-lettered, at position {}{}",
+               result->rows.published, result->rows.dead_lettered, result->position.ToString(),
+               result->slot_created ? "; slot " + config.slot +
+                                          " created there: start `walrelay run` to stream from it"
+                                    : std::string());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,6 +158,41 @@ int main(int argc, char** argv) {
                              "Check and print what would happen, then exit (reads only)");
   cutover_debezium->footer(walrelay::cli::kRunExitCodesHelp);
 
+  CLI::App* republish = app.add_subcommand(
+      "republish",
+      "Publish outbox rows that are already in the tables again (under one snapshot, mapped "
+      "like streamed rows, marked recovered=1 in walrelay.position; consumers dedup on the "
+      "event id), with progress in the log. Choose the rows with exactly one of --all, "
+      "--since-id, --since, --event-id. With --create-slot, first creates the relay's slot "
+      "with an exported snapshot and republishes the rows of that snapshot, so that "
+      "`walrelay run` then streams from the slot with no gap (after a lost or Debezium "
+      "slot). Takes every option of `run`.");
+  walrelay::cli::RunOptionBinder republish_binder(republish);
+  walrelay::relay::RepublishRequest republish_request;
+  bool republish_all = false;
+  std::string since_id, since_time;
+  std::vector<std::string> event_ids;
+  republish->add_flag("--all", republish_all, "Every row of the outbox tables");
+  republish->add_option("--since-id", since_id,
+                        "Rows whose id column (outbox.columns id) is >= this value");
+  republish->add_option("--since", since_time,
+                        "Rows whose created_at column is >= this timestamp (e.g. "
+                        "'2026-12-01 00:00+00')");
+  republish->add_option("--event-id", event_ids, "Rows with this event id (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  republish->add_flag("--create-slot", republish_request.create_slot,
+                      "Create source.slot (must not exist) with an exported snapshot first and "
+                      "republish the rows visible in it; `walrelay run` then streams from it");
+  republish->add_flag("--while-relay-runs", republish_request.while_relay_runs,
+                      "Republish although a relay reads the slot (old events then interleave "
+                      "with new ones of the same aggregates)");
+  republish->add_flag("--dry-run", republish_request.dry_run,
+                      "Count the rows and print the plan; publish and create nothing");
+  republish->footer(
+      "Exit codes: 0 every selected row published (or dead-lettered with its reason) and "
+      "acked; 1 a failure (rows may have been published, none is lost: run it again); 2 bad "
+      "usage or configuration.");
+
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
 
@@ -169,6 +229,28 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+  if (republish->parsed()) {
+    const int chosen = republish_all + !since_id.empty() + !since_time.empty() + !event_ids.empty();
+    if (chosen != 1) {
+      std::cerr << "walrelay republish: choose the rows with exactly one of --all, --since-id, "
+                   "--since, --event-id\n";
+      return 2;
+    }
+    using Rows = walrelay::relay::RepublishRequest::Rows;
+    republish_request.rows = republish_all        ? Rows::kAll
+                             : !since_id.empty()   ? Rows::kSinceId
+                             : !since_time.empty() ? Rows::kSinceTime
+                                                   : Rows::kEventIds;
+    republish_request.since_id = since_id;
+    republish_request.since_time = since_time;
+    republish_request.event_ids = event_ids;
+    auto config = republish_binder.Resolve(/*require_kafka=*/republish_request.dry_run == false);
+    if (!config.ok()) {
+      std::cerr << "walrelay republish: " << config.status().message() << "\n";
+      return 2;
+    }
+    return RunRepublish(*config, republish_request);
   }
   if (cutover_debezium->parsed()) {
     auto config = cutover_binder.Resolve();

@@ -43,8 +43,8 @@ constexpr uint64_t kMaxSpan = uint64_t{1} << 31;
 Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
   const uint64_t xmin = bound.Xmin();
   const std::string fix =
-      ": republish by hand (docs/operations.md, lost slot), then delete the slot's rows from "
-      "the progress table and restart";
+      ": drop the slot, run `walrelay republish --all --create-slot` (it makes the slot anew "
+      "and records a new bound; docs/operations.md, lost slot) and restart";
   if (xmin == 0 || xmax == 0) {
     return DataLossError("recovery: cannot read the recorded bound '" + bound.snapshot + "'" + fix);
   }
@@ -84,21 +84,50 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
   WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + QuoteLiteral(snapshot),
                                 "importing the snapshot"));
 
-  BackfillResult result;
-  result.new_bound.lsn = consistent_point;
   // The new slot's snapshot N (the transaction snapshot under REPEATABLE READ) and its
   // xmax: every row visible in N was inserted by an xid below it.
   const uint64_t bound_xmin = bound.Xmin();
+  SnapshotBound new_bound;
+  new_bound.lsn = consistent_point;
   uint64_t span = 0;
   {
     WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r,
                               slot::ExecPg(conn.get(), "SELECT pg_current_snapshot()::text", {},
                                            "recovery: reading the snapshot"));
-    result.new_bound.snapshot = PQgetvalue(r.get(), 0, 0);
-    WALRELAY_ASSIGN_OR_RETURN(span, CheckBound(bound, result.new_bound.Xmax()));
+    new_bound.snapshot = PQgetvalue(r.get(), 0, 0);
+    WALRELAY_ASSIGN_OR_RETURN(span, CheckBound(bound, new_bound.Xmax()));
   }
-  const std::string where = RecoveryPredicate(bound_xmin, span);
+  RowSelection selection;
+  selection.where = RecoveryPredicate(bound_xmin, span);
+  selection.order_by = RowOrder(config, bound_xmin);
+  selection.log_name = "recovery";
+  selection.what = "inserted by transactions from xid " + std::to_string(bound_xmin) +
+                   " on, the oldest one running at the recorded bound";
+  WALRELAY_ASSIGN_OR_RETURN(
+      BackfillResult result,
+      PublishRows(config, conn.get(), selection, consistent_point, sink, dead_letters, stats));
+  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
+  result.new_bound = std::move(new_bound);
+  return result;
+}
 
+std::string RowOrder(const RelayConfig& config, uint64_t from_xid) {
+  if (!config.columns.id.empty()) return QuoteIdentifier(config.columns.id);
+  // Without an ordering id (a uuid key, Debezium's table): the inserting transaction's
+  // place from `from_xid` on (modulo 2^32), then the row's place in the table (insertion
+  // order within a transaction, unless the table was vacuumed and space reused).
+  return "((xmin::text::bigint - " + std::to_string(from_xid % kXidSpace) + ") & " +
+         std::to_string(kXidSpace - 1) + "), ctid";
+}
+
+Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
+                                   const RowSelection& selection, Lsn position_lsn,
+                                   RecordSink& sink, DeadLetterSink& dead_letters,
+                                   RelayStats& stats) {
+  const std::string& name = selection.log_name;
+  const std::string& where = selection.where;
+  const Lsn consistent_point = position_lsn;
+  BackfillResult result;
   uint64_t pending = 0;
   Status failure;
   // The handler captures locals: unset it on every way out.
@@ -144,7 +173,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
           failure = written;
           return;
         }
-        failure = st.WithContext("recovery: delivery failed");
+        failure = st.WithContext(name + ": delivery failed");
       });
 
   // The count, under the same snapshot: what the log promises and the progress lines
@@ -152,17 +181,15 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
   for (const std::string& table : config.tables) {
     WALRELAY_ASSIGN_OR_RETURN(
         slot::PgResultPtr r,
-        slot::ExecPg(conn.get(),
+        slot::ExecPg(conn,
                      "SELECT count(*) FROM " + QuoteQualifiedName(table) + " WHERE " + where, {},
-                     "recovery: counting the rows of " + table));
+                     name + ": counting the rows of " + table));
     WALRELAY_ASSIGN_OR_RETURN(uint64_t n, ParseUint(PQgetvalue(r.get(), 0, 0), "a count"));
     result.expected += n;
-    spdlog::warn(
-        "recovery: {} rows of {} to republish (inserted by transactions from xid {} "
-        "on, the oldest one running at the recorded bound)",
-        n, table, bound_xmin);
+    spdlog::warn("{}: {} rows of {} to republish ({})", name, n, table, selection.what);
   }
-  spdlog::warn("recovery: {} rows to republish in all", result.expected);
+  spdlog::warn("{}: {} rows to republish in all", name, result.expected);
+  if (selection.count_only) return result;
 
   OutboxMapper mapper(config);
   OutboxEvent event;
@@ -179,7 +206,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
     const double total_s = std::chrono::duration<double>(now - started).count();
     const double step_s = std::chrono::duration<double>(now - last_report).count();
     const double rate = step_s > 0 ? (done() - last_report_done) / step_s : 0.0;
-    spdlog::warn("recovery: {} {} of {} rows ({} published, {} dead-lettered), {:.0f} rows/s{}",
+    spdlog::warn("{}: {} {} of {} rows ({} published, {} dead-lettered), {:.0f} rows/s{}", name,
                  final ? "done:" : "progress:", done(), result.expected, result.published,
                  result.dead_lettered, final && total_s > 0 ? done() / total_s : rate,
                  final ? " on average" : "");
@@ -194,28 +221,22 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
     const std::string quoted_table = QuoteQualifiedName(table);
     WALRELAY_ASSIGN_OR_RETURN(
         slot::PgResultPtr type,
-        slot::ExecPg(conn.get(),
+        slot::ExecPg(conn,
                      "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND "
                      "attname = $2 AND NOT attisdropped AND atttypid = 'bytea'::regtype",
                      {quoted_table.c_str(), c.payload.c_str()},
-                     "recovery: reading the payload column's type of " + table));
+                     name + ": reading the payload column's type of " + table));
     const bool payload_is_bytea = std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
     const std::string select =
         "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.event_id) + ", " +
         Column(c.aggregate_type) + ", " + Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
         Column(c.event_type) + ", " + Column(c.payload) + ", " + Column(c.headers) + " FROM " +
-        QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
-        // Without an ordering id (a uuid key, Debezium's table): the inserting transaction's
-        // place in the span, then the row's place in the table (insertion order within a
-        // transaction, unless the table was vacuumed and space reused).
-        (c.id.empty() ? "((xmin::text::bigint - " + std::to_string(bound_xmin % kXidSpace) +
-                            ") & " + std::to_string(kXidSpace - 1) + "), ctid"
-                      : QuoteIdentifier(c.id));
-    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), select, "reading " + table));
+        QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " + selection.order_by;
+    WALRELAY_RETURN_IF_ERROR(Exec(conn, select, "reading " + table));
     while (true) {
       WALRELAY_ASSIGN_OR_RETURN(
           slot::PgResultPtr rows,
-          slot::ExecPg(conn.get(), "FETCH 1000 FROM backfill", {}, "recovery: reading " + table));
+          slot::ExecPg(conn, "FETCH 1000 FROM backfill", {}, name + ": reading " + table));
       const int n = PQntuples(rows.get());
       if (n == 0) break;
       for (int i = 0; i < n; ++i) {
@@ -284,15 +305,14 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
       if (!failure.ok()) return failure;
       if (Clock::now() - last_report >= kReportEvery) report(false);
     }
-    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "CLOSE backfill", "closing the cursor"));
+    WALRELAY_RETURN_IF_ERROR(Exec(conn, "CLOSE backfill", "closing the cursor"));
   }
-  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
   // Waiting for the acks: progress lines go on while the producer drains.
   while (pending != 0 && failure.ok()) {
     sink.Poll(std::chrono::milliseconds(100));
     WALRELAY_RETURN_IF_ERROR(sink.Fatal());
     if (Clock::now() - last_report >= kReportEvery) {
-      spdlog::warn("recovery: waiting for {} acks", pending);
+      spdlog::warn("{}: waiting for {} acks", name, pending);
       last_report = Clock::now();
     }
   }

@@ -34,7 +34,7 @@
 // the span [xmin(S), xmax(N)), which is exact for every xid younger than 2^32
 // transactions. Recovery refuses (CheckBound, before the slot is touched) when xmin(S) is
 // 2^31 or more transactions old (xids may have wrapped since), or ahead of the server's
-// xids (a restored or replaced database): republish by hand, docs/operations.md.
+// xids (a restored or replaced database): `walrelay republish`, docs/operations.md.
 //
 // Steps (relay.cc, Session::Recover):
 //   1. refuses when no bound is recorded (a progress row of a version that recorded ids)
@@ -68,6 +68,7 @@
 
 #include "base/lsn.h"
 #include "base/status.h"
+#include "slot/pg_error.h"
 #include "src/relay/config.h"
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
@@ -91,6 +92,34 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats);
+
+// Which outbox rows PublishRows publishes: a SQL predicate over each table's columns
+// (system columns such as xmin included), their order, and words for the log.
+struct RowSelection {
+  std::string where;     // e.g. RecoveryPredicate(...), or "\"id\" >= 42"
+  std::string order_by;  // an ORDER BY list (RowOrder)
+  std::string log_name;  // prefix of the log lines: "recovery", "republish"
+  std::string what;      // which rows, for the log ("inserted by transactions from ...")
+  bool count_only = false;  // count (BackfillResult::expected) and publish nothing
+};
+
+// The order rows are republished in: the configured id column, or without one (a uuid
+// key: the Debezium profile) the inserting transaction counted from `from_xid` modulo
+// 2^32, then the physical position.
+std::string RowOrder(const RelayConfig& config, uint64_t from_xid);
+
+// The republishing core, shared by lost-slot recovery (Backfill) and `walrelay
+// republish`: in `conn`'s open transaction, whose snapshot decides which rows exist,
+// publishes the rows of config.tables that `selection` selects, mapped exactly like
+// streamed rows, as records whose position is `position_lsn` with recovered=1; rows that
+// cannot be mapped or that Kafka refuses for good are dead-lettered (recovered); progress
+// is logged at least every 10 s; returns once Kafka acked every record. Any other
+// failure ends it: then some rows may have been published and none is confirmed to
+// anyone, so the whole selection can simply be published again.
+Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
+                                   const RowSelection& selection, Lsn position_lsn,
+                                   RecordSink& sink, DeadLetterSink& dead_letters,
+                                   RelayStats& stats);
 
 // The number of transactions between the bound's xmin and `xmax` (the xmax of a current
 // snapshot): the span of xids recovery compares rows against. kDataLoss, with the fix (no

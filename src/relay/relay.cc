@@ -223,8 +223,9 @@ Status Relay::Session::Start() {
         "unknown and recovery cannot republish them. Fix: drop the slot (SELECT "
         "pg_drop_replication_slot(" +
         QuoteLiteral(config_.slot) +
-        ")), republish the outbox rows from the table by hand (docs/operations.md, section 2) "
-        "and start walrelay again: it creates a new slot");
+        ")), run `walrelay republish --all --create-slot` (it makes the slot anew and "
+        "republishes the outbox rows; docs/operations.md, section 2) and start walrelay "
+        "again");
   }
 
   Pipeline::Options pipeline_options;
@@ -268,9 +269,9 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
         "replication slot " + config_.slot + " is " + state + ", but " + config_.progress_table +
         " records no snapshot bound for it (its rows were written by a walrelay version that "
         "recorded outbox ids, which cannot bound a recovery soundly, or the relay never "
-        "confirmed a bound): the rows to republish are unknown. Republish by hand "
-        "(docs/operations.md, lost slot), then DELETE FROM " +
-        config_.progress_table + " WHERE slot = '" + config_.slot + "' and restart");
+        "confirmed a bound): the rows to republish are unknown. Fix: drop the slot if it "
+        "still exists, run `walrelay republish --all --create-slot` (it makes the slot anew "
+        "and records a bound; docs/operations.md, lost slot) and restart");
   }
   {  // before touching anything: can this bound be trusted?
     WALRELAY_ASSIGN_OR_RETURN(SnapshotBound now, progress_->ReadCandidate());

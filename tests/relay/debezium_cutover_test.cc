@@ -26,6 +26,7 @@
 #include "src/relay/plugin_options.h"
 #include "src/relay/position.h"
 #include "src/relay/relay.h"
+#include "src/relay/republish.h"
 #include "src/relay/takeover.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
@@ -357,6 +358,98 @@ TEST_F(DebeziumCutoverTest, DryRunPrintsThePlanAndChangesNothing) {
                             std::istreambuf_iterator<char>());
   EXPECT_NE(refused.find("cutover refused"), std::string::npos) << refused;
   EXPECT_NE(refused.find("does not exist"), std::string::npos) << refused;
+}
+
+// The Debezium slot is gone (dropped, or lost: its WAL was removed), so the cut-over
+// refuses. What remains is the table: `republish --all --create-slot` creates walrelay's
+// slot with an exported snapshot and publishes every row of that snapshot; `run` then
+// streams from the slot. Every row arrives (those the connector had delivered again,
+// marked recovered=1), and rows committed after the snapshot arrive once, from the stream.
+TEST_F(DebeziumCutoverTest, LostSlotRepublishThenStreamMissesNothing) {
+  WriteOrders(0, 4, 10);
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('debezium')").ok());
+  ASSERT_EQ(PlanTakeover(config_).status().code(), StatusCode::kFailedPrecondition);
+
+  RelayConfig config = config_;
+  config.slot = "walrelay";
+  config.tables = {"public.outbox"};
+  RepublishRequest request;
+  request.rows = RepublishRequest::Rows::kAll;
+  request.create_slot = true;
+  request.dry_run = true;
+  auto counted = Republish(config, request);
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(counted->rows.expected, 40u);
+  EXPECT_EQ(counted->rows.published, 0u);
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "0")
+      << "a dry run creates nothing";
+
+  request.dry_run = false;
+  auto done = Republish(config, request);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(done->slot_created);
+  EXPECT_EQ(done->rows.expected, 40u);
+  EXPECT_EQ(done->rows.published, 40u);
+  EXPECT_EQ(testing::ConfirmedFlush(*pg_, "walrelay"), done->position);
+  // The slot now exists: a second --create-slot refuses (with the way out).
+  auto again = Republish(config, request);
+  ASSERT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("without --create-slot"), std::string::npos);
+
+  WriteOrders(100, 3, 10);  // after the snapshot: the stream's, not the republish's
+  config.create_slot = false;
+  relay_ = std::make_unique<Relay>(config);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  auto records = kafka::testing::ConsumeAll(kafka_->bootstraps(), kTopic, kPartitions, 70, 60s);
+  ASSERT_EQ(records.size(), 70u);
+  ASSERT_TRUE(testing::WaitConfirmedPastCurrent(*pg_, 30s, "walrelay"));
+  EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), kTopic, kPartitions), 70);
+  std::map<std::string, int> seen;
+  int recovered = 0;
+  for (const ConsumedRecord& r : records) {
+    ++seen[r.Header("id")];
+    auto position = ParsePosition(r.Header("walrelay.position"));
+    ASSERT_TRUE(position.has_value());
+    recovered += position->recovered;
+  }
+  EXPECT_EQ(seen.size(), 70u);
+  EXPECT_EQ(recovered, 40);
+  for (const auto& id : Ids("true")) EXPECT_EQ(seen[id], 1) << id;
+}
+
+// What republish refuses, each with the way out.
+TEST_F(DebeziumCutoverTest, RepublishRefusesWhatItCannotDoSafely) {
+  RelayConfig config = config_;
+  config.tables = {"public.outbox"};
+  RepublishRequest request;
+  request.rows = RepublishRequest::Rows::kSinceId;
+  request.since_id = "10";
+  auto r = Republish(config, request);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--since-id needs an ordering id column"),
+            std::string::npos);
+  request.rows = RepublishRequest::Rows::kSinceTime;
+  request.since_time = "2026-01-01";
+  EXPECT_EQ(Republish(config, request).status().code(), StatusCode::kInvalidArgument);
+
+  // The slot is read (a relay runs): refused unless told.
+  auto conn = slot::ReplicationConnection::Connect(pg_->conninfo());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE((*conn)
+                  ->StartLogical("debezium", Lsn(0),
+                                 StartReplicationOptions("pgoutput", "dbz_publication",
+                                                         config.tables))
+                  .ok());
+  request.rows = RepublishRequest::Rows::kEventIds;
+  request.event_ids = {"00000000-0000-0000-0000-000000000000"};
+  r = Republish(config, request);
+  ASSERT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("--while-relay-runs"), std::string::npos);
+  request.while_relay_runs = true;
+  request.dry_run = true;
+  r = Republish(config, request);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->rows.expected, 0u);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "src/relay/dead_letter.h"
 #include "src/relay/position.h"
 #include "src/relay/relay.h"
+#include "src/relay/republish.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
@@ -264,14 +265,23 @@ TEST_F(RecoveryTest, IdEraProgressIsMigratedAndALostSlotRefusedUntilFixed) {
                               "NULL AND slot = 'walrelay'"),
             "2");  // migrated: the column exists, the old rows are kept
 
-  // The fix (docs/operations.md, section 2): republish by hand, drop the slot and the
-  // progress rows; started again, the relay begins afresh.
-  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay'); DELETE FROM "
-                        "walrelay_progress WHERE slot = 'walrelay'")
-                  .ok());
+  // The fix the message names (docs/operations.md, section 2): drop the slot, `walrelay
+  // republish --all --create-slot` (it makes the slot anew and records a bound); started
+  // again, the relay streams the new slot without recovering.
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+  RepublishRequest request;
+  request.rows = RepublishRequest::Rows::kAll;
+  request.create_slot = true;
+  auto republished = Republish(config_, request);
+  ASSERT_TRUE(republished.ok()) << republished.status().ToString();
+  EXPECT_EQ(republished->rows.published,
+            std::stoull(*pg_->QueryScalar("SELECT count(*) FROM outbox")));
   StartRelay();
   EXPECT_EQ(relay_->stats().streaming.load(), 1);
   EXPECT_EQ(relay_->stats().slot_recoveries.load(), 0u);
+  EXPECT_NE(*pg_->QueryScalar("SELECT bound_snapshot FROM walrelay_progress WHERE slot = "
+                              "'walrelay' AND source = '*'"),
+            "");
 }
 
 // A recorded bound that cannot be trusted (here: ahead of the server's transaction

@@ -1,0 +1,177 @@
+#include "src/relay/republish.h"
+
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include "base/sql.h"
+#include "slot/replication_connection.h"
+#include "slot/slot_admin.h"
+#include "src/relay/dead_letter.h"
+#include "src/relay/pipeline.h"
+#include "src/relay/progress.h"
+
+namespace walrelay::relay {
+namespace {
+
+Status Exec(PGconn* conn, const std::string& sql, std::string_view what) {
+  return slot::ExecPg(conn, sql, {}, "republish: " + std::string(what)).status();
+}
+
+Result<std::string> Scalar(PGconn* conn, const std::string& sql, std::string_view what) {
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r,
+                            slot::ExecPg(conn, sql, {}, "republish: " + std::string(what)));
+  return std::string(PQgetvalue(r.get(), 0, 0));
+}
+
+}  // namespace
+
+Result<std::string> RepublishPredicate(const RelayConfig& config, const RepublishRequest& request) {
+  const OutboxColumns& c = config.columns;
+  switch (request.rows) {
+    case RepublishRequest::Rows::kAll:
+      return std::string("true");
+    case RepublishRequest::Rows::kSinceId:
+      if (c.id.empty()) {
+        return InvalidArgumentError(
+            "--since-id needs an ordering id column (outbox.columns id), and this configuration "
+            "has none (the debezium profile's uuid id orders nothing): use --since with a "
+            "timestamp column, --event-id, or --all");
+      }
+      return QuoteIdentifier(c.id) + " >= " + QuoteLiteral(request.since_id);
+    case RepublishRequest::Rows::kSinceTime:
+      if (c.created_at.empty()) {
+        return InvalidArgumentError(
+            "--since needs a timestamp column (outbox.columns created_at), and this "
+            "configuration has none: name one with --outbox-column created_at=COLUMN, or use "
+            "--since-id, --event-id or --all");
+      }
+      return QuoteIdentifier(c.created_at) + " >= " + QuoteLiteral(request.since_time) +
+             "::timestamptz";
+    case RepublishRequest::Rows::kEventIds: {
+      if (request.event_ids.empty()) return InvalidArgumentError("--event-id: no event id given");
+      std::string list;
+      for (const std::string& id : request.event_ids) {
+        if (id.find('\0') != std::string::npos) {
+          return InvalidArgumentError("--event-id: an event id contains a NUL byte");
+        }
+        list += (list.empty() ? "" : ", ") + QuoteLiteral(id);
+      }
+      return QuoteIdentifier(c.event_id) + "::text IN (" + list + ")";
+    }
+  }
+  return InternalError("republish: unknown row selection");
+}
+
+Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequest& request) {
+  if (config.tables.empty()) {
+    return InvalidArgumentError("republish: no outbox table is configured (--source-table)");
+  }
+  if (config.embedded_kafka && !request.dry_run) {
+    return InvalidArgumentError(
+        "republish: --kafka-embedded true would publish into a cluster that vanishes with this "
+        "process; give --kafka-bootstrap-servers");
+  }
+  WALRELAY_ASSIGN_OR_RETURN(std::string where, RepublishPredicate(config, request));
+  const std::string conninfo = config.SourceConninfo();
+  WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<slot::SlotAdmin> admin,
+                            slot::SlotAdmin::Connect(conninfo));
+  auto slot = admin->GetSlot(config.slot);
+  if (!slot.ok() && slot.status().code() != StatusCode::kNotFound) return slot.status();
+  if (request.create_slot) {
+    if (slot.ok()) {
+      return FailedPreconditionError(
+          "republish --create-slot: replication slot " + config.slot +
+          " exists; it already holds the events committed since it was made, so `walrelay run` "
+          "streams them. Fix: republish without --create-slot (the rows before the slot; if "
+          "an earlier republish --create-slot failed after creating it, the same selection "
+          "again: rows committed since the slot was made then come twice, none is lost), or "
+          "drop the slot first if it is one you mean to replace");
+    }
+    if (!request.dry_run) {
+      WALRELAY_RETURN_IF_ERROR(
+          admin->EnsurePublication(config.publication, config.tables).status());
+    }
+  } else if (slot.ok() && slot->active && !request.while_relay_runs) {
+    return FailedPreconditionError(
+        "republish: replication slot " + config.slot + " is being read by process " +
+        (slot->active_pid ? std::to_string(*slot->active_pid) : std::string("?")) +
+        " (a running relay): republished rows would interleave with the new events of the "
+        "same aggregates in their partitions. Fix: stop the relay first, or pass "
+        "--while-relay-runs if consumers tolerate that order");
+  }
+
+  RepublishResult out;
+  // The snapshot: the new slot's exported one, or this transaction's own.
+  std::unique_ptr<slot::ReplicationConnection> replication;
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
+                            slot::ConnectPg(conninfo, nullptr, "republish connection"));
+  std::string snapshot_name;
+  if (request.create_slot && !request.dry_run) {
+    WALRELAY_ASSIGN_OR_RETURN(replication, slot::ReplicationConnection::Connect(conninfo));
+    WALRELAY_ASSIGN_OR_RETURN(slot::CreatedSlot created,
+                              replication->CreateLogicalSlot(config.slot, config.plugin,
+                                                             /*temporary=*/false,
+                                                             /*export_snapshot=*/true));
+    out.slot_created = true;
+    out.position = created.consistent_point;
+    snapshot_name = created.snapshot_name;
+    spdlog::info("republish: created slot {} at {}; republishing the rows of its snapshot",
+                 config.slot, created.consistent_point.ToString());
+  }
+  WALRELAY_RETURN_IF_ERROR(
+      Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN"));
+  if (!snapshot_name.empty()) {
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "SET TRANSACTION SNAPSHOT " +
+                                                  QuoteLiteral(snapshot_name),
+                                  "importing the slot's snapshot"));
+    replication.reset();  // imported: the exporting connection may go
+  } else {
+    // The first statement fixes the snapshot; the position is read in it.
+    WALRELAY_ASSIGN_OR_RETURN(std::string lsn, Scalar(conn.get(),
+                                                      "SELECT pg_current_wal_insert_lsn()",
+                                                      "reading the WAL position"));
+    auto parsed = Lsn::Parse(lsn);
+    if (!parsed) return InternalError("republish: cannot parse the WAL position " + lsn);
+    out.position = *parsed;
+  }
+  WALRELAY_ASSIGN_OR_RETURN(std::string snapshot,
+                            Scalar(conn.get(), "SELECT pg_current_snapshot()::text",
+                                   "reading the snapshot"));
+  const uint64_t xmin = SnapshotBound{snapshot, out.position}.Xmin();
+
+  RowSelection selection;
+  selection.where = where;
+  selection.order_by = RowOrder(config, xmin > (uint64_t{1} << 31) ? xmin - (uint64_t{1} << 31)
+                                                                   : 0);
+  selection.log_name = "republish";
+  selection.what = "WHERE " + where;
+  selection.count_only = request.dry_run;
+
+  std::unique_ptr<RecordSink> sink;
+  std::unique_ptr<DeadLetterSink> dead_letters;
+  if (request.dry_run) {
+    sink = std::make_unique<NullSink>();
+    dead_letters = std::make_unique<LoggingDeadLetterSink>();
+  } else {
+    kafka::ProducerOptions popts;
+    popts.properties.emplace_back("bootstrap.servers", config.bootstrap_servers);
+    for (const auto& [k, v] : config.kafka_properties) popts.properties.emplace_back(k, v);
+    WALRELAY_ASSIGN_OR_RETURN(sink, KafkaSink::Create(std::move(popts)));
+    WALRELAY_ASSIGN_OR_RETURN(
+        dead_letters, DeadLetterWriter::Open(conninfo, config.dead_letter_table, config.slot));
+  }
+  RelayStats stats;
+  WALRELAY_ASSIGN_OR_RETURN(out.rows, PublishRows(config, conn.get(), selection, out.position,
+                                                  *sink, *dead_letters, stats));
+  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
+  if (out.slot_created) {
+    WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<ProgressStore> progress,
+                              ProgressStore::Open(conninfo, config.progress_table));
+    WALRELAY_RETURN_IF_ERROR(progress->SaveBound(config.slot, SnapshotBound{snapshot, out.position}));
+    // An earlier recovery that did not finish is superseded: the new slot is complete.
+    WALRELAY_RETURN_IF_ERROR(progress->SetRecovering(config.slot, false));
+  }
+  return out;
+}
+
+}  // namespace walrelay::relay
