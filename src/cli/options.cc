@@ -434,6 +434,11 @@ std::vector<OptionSpec> BuildRunOptions() {
                      &RelayConfig::reconnect_min));
   o.push_back(Millis("flow.reconnect_max_ms", "Cap of the exponential reconnect delay (ms).",
                      &RelayConfig::reconnect_max));
+  o.push_back(Millis("flow.standby_interval_ms",
+                     "While another process reads the slot (the active relay of a pair), how "
+                     "often this one tries to take it (+-20% jitter); it takes over within about "
+                     "two intervals of the active one stopping, and says standby in /readyz.",
+                     &RelayConfig::standby_interval));
   o.push_back(Millis("flow.heartbeat_interval_ms",
                      "Emit a heartbeat (non-transactional logical message, never published) "
                      "this often; it measures end-to-end lag and keeps an idle database's slot "

@@ -126,11 +126,12 @@ Status RelayConfig::Validate() const {
         "--flow-max-in-flight-events must be >= 1 and --flow-max-in-flight-bytes >= 1024");
   }
   if (status_interval.count() < 10 || reconnect_min.count() < 1 || reconnect_max < reconnect_min ||
-      shutdown_timeout.count() < 0 || kafka_topic_error_timeout.count() < 0) {
+      shutdown_timeout.count() < 0 || kafka_topic_error_timeout.count() < 0 ||
+      standby_interval.count() < 10) {
     return InvalidArgumentError(
         "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
         "reconnect-max, shutdown timeout, heartbeat interval >= 0, "
-        "guard interval >= 100 ms");
+        "guard interval >= 100 ms, standby interval >= 10 ms");
   }
   for (const char* key : {"enable.idempotence", "acks"}) {
     auto it = kafka_properties.find(key);

@@ -126,6 +126,9 @@ struct RelayConfig {
   std::chrono::milliseconds kafka_topic_error_timeout{300'000};
   std::chrono::milliseconds reconnect_min{500};
   std::chrono::milliseconds reconnect_max{30000};
+  // While another process reads the slot (an active relay), how often a standby relay
+  // tries to take it (with +-20% jitter); it takes over within about two intervals.
+  std::chrono::milliseconds standby_interval{1000};
 
   // --- failure handling
   std::string dead_letter_table = "walrelay_dead_letter";

@@ -61,6 +61,9 @@ inline constexpr MetricName kKafkaFailingTopics{
     "--kafka-topic-error-timeout-ms, then dead-lettered."};
 inline constexpr MetricName kStreaming{
     "walrelay_streaming", "1 while a replication session is streaming, else 0 (connection state)."};
+inline constexpr MetricName kStandby{
+    "walrelay_standby",
+    "1 while another process reads the slot and this relay stands by to take over, else 0."};
 // Histograms (seconds; metrics::DefaultLatencyBuckets()).
 inline constexpr MetricName kProduceLatency{"walrelay_produce_latency_seconds",
                                             "Time from produce() to the Kafka delivery report."};

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -97,6 +98,9 @@ class Relay::Session {
   }
 
   Status Start();
+  // Set when Start() found the slot read by another process (a relay that holds it: this
+  // one stands by): that process's PID, 0 when the server did not say.
+  const std::optional<int>& standby_for() const { return standby_for_; }
   // The batch limit under which the broker refused a batch of several records, or 0.
   int64_t refused_batch_limit() const {
     return sink_ ? sink_->producer().refused_batch_limit() : 0;
@@ -135,6 +139,7 @@ class Relay::Session {
   uint64_t events_at_candidate_ = 0;  // events handled when the last candidate was taken
   Clock::time_point next_candidate_ = Clock::now();
   milliseconds candidate_interval_{1000};  // the status interval
+  std::optional<int> standby_for_;
 };
 
 Status Relay::Session::Start() {
@@ -146,6 +151,17 @@ Status Relay::Session::Start() {
     return FailedPreconditionError("wal_level is '" + settings.wal_level +
                                    "': set wal_level = logical in postgresql.conf and restart "
                                    "PostgreSQL");
+  }
+  // The slot, read before anything else is set up: while another process streams it (the
+  // active relay, this one being a standby), PostgreSQL lets no one else read it.
+  auto existing = admin_->GetSlot(config_.slot);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+    return existing.status();
+  }
+  if (existing.ok() && existing->active) {
+    standby_for_ = existing->active_pid.value_or(0);
+    return UnavailableError("replication slot " + config_.slot + " is read by process " +
+                            std::to_string(*standby_for_));
   }
   const milliseconds status_interval =
       std::min(config_.status_interval, slot::StatusInterval(settings.wal_sender_timeout));
@@ -193,10 +209,6 @@ Status Relay::Session::Start() {
   // The replication connection and the slot: existing, new, or recovered.
   // Connect forces replication=database (appending it as text would break a URI DSN).
   WALRELAY_ASSIGN_OR_RETURN(conn_, slot::ReplicationConnection::Connect(conninfo));
-  auto existing = admin_->GetSlot(config_.slot);
-  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
-    return existing.status();
-  }
   const bool missing = !existing.ok();
   const bool lost = existing.ok() && existing->invalidated();
   if (existing.ok() && !existing->plugin.empty() && existing->plugin != config_.plugin) {
@@ -241,8 +253,18 @@ Status Relay::Session::Start() {
 
   const PluginOptions options =
       StartReplicationOptions(config_.plugin, config_.publication, config_.tables);
-  WALRELAY_RETURN_IF_ERROR(conn_->StartLogical(config_.slot, Lsn(0), options));
+  if (Status started = conn_->StartLogical(config_.slot, Lsn(0), options); !started.ok()) {
+    // Another relay may have taken the slot since it was read above.
+    auto now = admin_->GetSlot(config_.slot);
+    if (now.ok() && now->active) standby_for_ = now->active_pid.value_or(0);
+    return started;
+  }
   stats_.streaming.store(1);
+  if (const int was_standby_for = stats_.standby_for.exchange(0); stats_.standby.exchange(0)) {
+    spdlog::warn("took over slot {}: the process that read it ({}) stopped; this relay streams "
+                 "it now",
+                 config_.slot, was_standby_for);
+  }
   if (!relay_.guard_started_) {  // now that the slot exists
     relay_.obs_->guard->Start();
     relay_.guard_started_ = true;
@@ -399,6 +421,7 @@ Status Relay::StartObservability() {
   gauge(mn::kReceivedLsn, stats_.received_lsn);
   gauge(mn::kServerWalEndLsn, stats_.server_wal_end);
   gauge(mn::kStreaming, stats_.streaming);
+  gauge(mn::kStandby, stats_.standby);
   gauge(mn::kKafkaBatchSize, stats_.kafka_batch_size);
   r.AddGaugeCallback(mn::kKafkaFailingTopics.name, mn::kKafkaFailingTopics.help, {},
                      [this] { return static_cast<double>(topic_errors_->failing()); });
@@ -431,6 +454,12 @@ Status Relay::StartObservability() {
     so.address = config_.metrics_address;
     so.ready = [this]() -> Status {
       if (Status topics = topic_errors_->Readiness(); !topics.ok()) return topics;
+      if (stats_.standby.load() != 0) {
+        return UnavailableError("standby: replication slot " + config_.slot +
+                                " is read by process " +
+                                std::to_string(stats_.standby_for.load()) +
+                                "; this relay takes over when it stops");
+      }
       if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
       const SlotState state = obs_->guard->state();
       if (SlotStateSeverity(state) >= 2) {
@@ -480,9 +509,11 @@ Status Relay::Run() {
         break;
       }
     }
+    std::optional<int> standby_for;
     if (st.ok()) {
       Session session(*this);
       st = session.Start();
+      standby_for = session.standby_for();
       if (st.ok()) {
         const auto streaming_since = Clock::now();
         st = session.Stream();
@@ -506,6 +537,27 @@ Status Relay::Run() {
             refused, kafka_batch_size_);
       }
     }
+    if (standby_for) {
+      // Standing by: another process holds the slot. Retry at the standby interval (not
+      // the growing reconnect backoff), so this relay takes over within about two
+      // intervals of the active one stopping; say so once, not at every retry.
+      if (!stats_.standby.exchange(1) || stats_.standby_for.load() != *standby_for) {
+        spdlog::warn(
+            "standing by: replication slot {} is read by process {} (another walrelay, or "
+            "another client); retrying every {} ms and taking over when it stops. /readyz "
+            "says standby meanwhile",
+            config_.slot, *standby_for, config_.standby_interval.count());
+      }
+      stats_.standby_for.store(*standby_for);
+      backoff = config_.reconnect_min;
+      const int64_t base = config_.standby_interval.count();
+      milliseconds delay(std::uniform_int_distribution<int64_t>(base * 4 / 5, base * 6 / 5)(rng));
+      for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+      continue;
+    }
+    stats_.standby.store(0);
     if (!Retryable(st)) {
       spdlog::error("{}", st.ToString());
       result = st;

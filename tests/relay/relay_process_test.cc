@@ -267,6 +267,48 @@ TEST_F(RelayProcessTest, KillNineAtRandomMomentsLosesNothing) {
   EXPECT_LE(duplicates, static_cast<size_t>(kills) * (kInFlightCap + 100));
 }
 
+// Issue 16: kill -9 of the active relay mid-stream while a standby runs. The standby takes
+// over (only the slot holder produces: no split brain), the records the dead one had
+// produced but not confirmed repeat (bounded by its in-flight cap), nothing is lost and
+// per-aggregate order holds.
+TEST_F(RelayProcessTest, StandbyTakesOverAfterKillNineAndLosesNothing) {
+  StartRelay();
+  const std::string standby_log = pg_->socket_dir() + "/standby.log";
+  auto standby = Subprocess::Start(
+      {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+       kafka_->bootstraps(), "--flow-status-interval-ms", "100", "--flow-max-in-flight-events",
+       std::to_string(kInFlightCap), "--flow-standby-interval-ms", "200"},
+      standby_log);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  bool standing_by = false;
+  for (int i = 0; i < 300 && !standing_by; ++i) {
+    std::this_thread::sleep_for(20ms);
+    standing_by = standby->LogTail(20).find("standing by") != std::string::npos;
+  }
+  ASSERT_TRUE(standing_by) << standby->LogTail();
+
+  std::atomic<bool> written{false};
+  std::thread writer([&] { WriteOutbox(300, 100, &written); });  // 30,000 events
+  // Kill it mid-stream: once a few thousand records are out.
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until &&
+       kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions) < 3000;) {
+    std::this_thread::sleep_for(20ms);
+  }
+  relay_->Signal(SIGKILL);
+  ASSERT_EQ(relay_->Wait(10s), 128 + SIGKILL);
+  writer.join();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << standby->LogTail();
+  EXPECT_NE(standby->LogTail(200).find("took over slot walrelay"), std::string::npos)
+      << standby->LogTail();
+  auto records = ConsumeDistinct(30000, 120s);
+  const size_t duplicates = CheckDelivered(records, 30000);
+  std::printf("records=%zu duplicates=%zu\n", records.size(), duplicates);
+  EXPECT_LE(duplicates, static_cast<size_t>(kInFlightCap + 100));
+  standby->Signal(SIGTERM);
+  EXPECT_EQ(standby->Wait(30s), 0) << standby->LogTail();
+}
+
 TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactions) {
   StartRelay();
   std::atomic<bool> written{false};

@@ -703,6 +703,56 @@ TEST_F(RelayTest, RelayLosingTheRaceToCreateTheSlotRetries) {
   EXPECT_TRUE(WaitConfirmedPastCurrent(30s));
 }
 
+// Issue 16, standby relays: a second relay on the same slot stands by while the first
+// streams (PostgreSQL lets one walsender hold a slot): it says so once, in /readyz
+// ("standby", 503) and in walrelay_standby, without counting restarts, and takes over
+// within about two standby intervals once the first stops. Nothing is lost.
+TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
+  StartRelay();
+  WriteEvents(0, 2, 50);
+  RelayConfig standby_config = config_;
+  standby_config.standby_interval = 100ms;
+  standby_config.metrics_address = "127.0.0.1:0";
+  Relay standby(standby_config);
+  Status standby_status;
+  std::thread standby_thread([&] { standby_status = standby.Run(); });
+  for (int i = 0; i < 200 && standby.stats().standby.load() == 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(standby.stats().standby.load(), 1) << "the second relay did not stand by";
+  EXPECT_EQ(standby.stats().streaming.load(), 0);
+  httplib::Client client("127.0.0.1", standby.metrics_port());
+  auto ready = client.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_NE(ready->body.find("standby"), std::string::npos) << ready->body;
+  EXPECT_NE(standby.RenderMetrics().find("walrelay_standby 1"), std::string::npos);
+  std::this_thread::sleep_for(500ms);  // several standby intervals
+  EXPECT_EQ(standby.stats().restarts.load(), 0u) << "standing by is not a failure";
+  EXPECT_EQ(standby.stats().standby.load(), 1);
+
+  WriteEvents(100, 2, 50);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  const auto stopped_at = std::chrono::steady_clock::now();
+  StopRelay();
+  for (int i = 0; i < 500 && standby.stats().streaming.load() == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(standby.stats().streaming.load(), 1) << "the standby did not take over";
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - stopped_at);
+  std::printf("standby took over %lld ms after the active relay stopped\n",
+              static_cast<long long>(took.count()));
+  EXPECT_EQ(standby.stats().standby.load(), 0);
+  EXPECT_NE(standby.RenderMetrics().find("walrelay_standby 0"), std::string::npos);
+  WriteEvents(200, 2, 50);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(DistinctEventIds(300, 30s).size(), 300u);
+  standby.RequestStop();
+  standby_thread.join();
+  EXPECT_TRUE(standby_status.ok()) << standby_status.ToString();
+}
+
 // The network path to the server dies without a RST (a frozen proxy): the relay notices the
 // silence after about wal_sender_timeout, reconnects (new connections get through) and
 // delivers what was written meanwhile.
