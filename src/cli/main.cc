@@ -6,6 +6,7 @@
 //   cutover debezium  take over a stopped Debezium connector's slot and stream from it
 //                     (src/relay/takeover.h, docs/migrating-from-debezium.md)
 //   republish         publish outbox rows already in the tables again (src/relay/republish.h)
+//   dead-letters      list the dead letters; retry them once their cause is fixed (redrive.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration, 3 (run) refused to
 // go on without an operator (cli::ExitCodeFor, src/cli/options.h).
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -15,11 +16,14 @@
 #include <csignal>
 #include <iostream>
 
+#include "base/json.h"
+
 #include "src/cli/lag.h"
 #include "src/cli/log_format.h"
 #include "src/cli/options.h"
 #include "src/cli/record.h"
 #include "src/cli/setup.h"
+#include "src/relay/redrive.h"
 #include "src/relay/relay.h"
 #include "src/relay/republish.h"
 #include "src/relay/takeover.h"
@@ -109,6 +113,57 @@ int RunRepublish(const walrelay::relay::RelayConfig& config,
   return 0;
 }
 
+int RunListDeadLetters(const walrelay::relay::RelayConfig& config,
+                       const walrelay::relay::DeadLetterSelection& selection, bool json) {
+  auto letters = walrelay::relay::ListDeadLetters(config, selection);
+  if (!letters.ok()) {
+    std::cerr << "walrelay dead-letters list: " << letters.status().ToString() << "\n";
+    return walrelay::cli::ExitCodeFor(letters.status());
+  }
+  auto quoted = [](const std::optional<std::string>& v) {
+    std::string out;
+    if (!v) return std::string("null");
+    walrelay::AppendJsonQuoted(&out, *v);
+    return out;
+  };
+  for (const auto& l : *letters) {
+    if (json) {
+      std::cout << "{\"id\":" << l.id << ",\"dead_at\":" << quoted(l.dead_at)
+                << ",\"slot\":" << quoted(l.slot) << ",\"source\":" << quoted(l.source)
+                << ",\"recovered\":" << (l.recovered ? "true" : "false")
+                << ",\"commit_lsn\":" << quoted(l.commit_lsn) << ",\"ordinal\":" << l.ordinal
+                << ",\"event_id\":" << quoted(l.event_id)
+                << ",\"aggregate_id\":" << quoted(l.aggregate_id)
+                << ",\"event_type\":" << quoted(l.event_type) << ",\"topic\":" << quoted(l.topic)
+                << ",\"payload_bytes\":" << (l.payload ? l.payload->size() : 0)
+                << ",\"reason\":" << quoted(l.reason)
+                << ",\"redriven_at\":" << quoted(l.redriven_at)
+                << ",\"redrive_outcome\":" << quoted(l.redrive_outcome) << "}\n";
+    } else {
+      std::cout << l.id << "  " << l.dead_at << "  " << l.source << "  event "
+                << l.event_id.value_or("-") << "  topic " << l.topic.value_or("-") << "  "
+                << (l.redrive_outcome ? "re-drive " + *l.redrive_outcome + "  " : std::string())
+                << l.reason << "\n";
+    }
+  }
+  if (!json) std::cerr << letters->size() << " dead letters\n";
+  return 0;
+}
+
+int RunRedrive(const walrelay::relay::RelayConfig& config,
+               const walrelay::relay::DeadLetterSelection& selection) {
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  auto result = walrelay::relay::RedriveDeadLetters(config, selection);
+  if (!result.ok()) {
+    const int code = walrelay::cli::ExitCodeFor(result.status());
+    spdlog::critical("dead-letters retry failed (exit {}): {}", code, result.status().message());
+    return code;
+  }
+  std::cout << "re-driven: " << result->published << " published, " << result->failed
+            << " failed again (their new reason is on the letter)\n";
+  return result->failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +248,36 @@ int main(int argc, char** argv) {
       "acked; 1 a failure (rows may have been published, none is lost: run it again); 2 bad "
       "usage or configuration.");
 
+  CLI::App* dead_letters = app.add_subcommand(
+      "dead-letters", "The events walrelay could not publish (the dead-letter table).");
+  dead_letters->require_subcommand(1);
+  CLI::App* dl_list = dead_letters->add_subcommand(
+      "list",
+      "List dead letters, oldest first: id, time, source, event id, topic, reason, re-drive "
+      "outcome. Letters a re-drive published are left out unless --all-states. Takes the "
+      "options of `run` (source and dead_letter.table).");
+  walrelay::cli::RunOptionBinder dl_list_binder(dl_list);
+  CLI::App* dl_retry = dead_letters->add_subcommand(
+      "retry",
+      "Re-drive dead letters after their cause is fixed (a topic created or allowed, a size "
+      "limit raised, a row corrected): each is rebuilt from its outbox row when the row is "
+      "still there (else from the letter's fields), published, and its outcome recorded on "
+      "the letter (published, or failed with the new reason). Takes the options of `run`.");
+  walrelay::cli::RunOptionBinder dl_retry_binder(dl_retry);
+  walrelay::relay::DeadLetterSelection dl_selection;
+  bool dl_json = false, dl_all = false;
+  for (CLI::App* sub : {dl_list, dl_retry}) {
+    sub->add_option("--id", dl_selection.ids, "Only this letter (repeatable)")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    sub->add_option("--since", dl_selection.since,
+                    "Only letters written at or after this time ('2026-12-01 00:00+00')");
+  }
+  dl_list->add_flag("--all-states", dl_selection.include_published,
+                    "Also letters a re-drive already published");
+  dl_list->add_option("--limit", dl_selection.limit, "At most this many (default 1000)");
+  dl_list->add_flag("--json", dl_json, "One JSON object per line");
+  dl_retry->add_flag("--all", dl_all, "Every letter not yet published (or those --since)");
+
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
 
@@ -229,6 +314,21 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+  if (dl_list->parsed() || dl_retry->parsed()) {
+    const bool retry = dl_retry->parsed();
+    if (retry && dl_selection.ids.empty() && !dl_all && dl_selection.since.empty()) {
+      std::cerr << "walrelay dead-letters retry: choose the letters: --id N (repeatable), "
+                   "--since TIME or --all\n";
+      return 2;
+    }
+    auto config = (retry ? dl_retry_binder : dl_list_binder).Resolve(/*require_kafka=*/retry);
+    if (!config.ok()) {
+      std::cerr << "walrelay dead-letters: " << config.status().message() << "\n";
+      return 2;
+    }
+    (void)walrelay::cli::SetLogFormat(config->log_format);
+    return retry ? RunRedrive(*config, dl_selection) : RunListDeadLetters(*config, dl_selection, dl_json);
   }
   if (republish->parsed()) {
     const int chosen = republish_all + !since_id.empty() + !since_time.empty() + !event_ids.empty();

@@ -73,6 +73,33 @@ std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span) {
          std::to_string(kXidSpace - 1) + ") < " + std::to_string(span);
 }
 
+std::string OutboxRowSelectList(const OutboxColumns& c) {
+  return Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) +
+         ", " + Column(c.topic) + ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " +
+         Column(c.headers);
+}
+
+Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const OutboxColumns& c) {
+  const std::string quoted_table = QuoteQualifiedName(table);
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr type,
+      slot::ExecPg(conn,
+                   "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND "
+                   "attname = $2 AND NOT attisdropped AND atttypid = 'bytea'::regtype",
+                   {quoted_table.c_str(), c.payload.c_str()},
+                   "reading the payload column's type of " + table));
+  return std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
+}
+
+OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea) {
+  auto field = [&](int col) -> std::optional<std::string_view> {
+    if (PQgetisnull(result, row, col)) return std::nullopt;
+    return std::string_view(PQgetvalue(result, row, col), PQgetlength(result, row, col));
+  };
+  return OutboxRow{field(0), field(1), field(2), field(3),
+                   field(4), field(5), field(6), payload_is_bytea};
+}
+
 Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
@@ -196,7 +223,6 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   std::vector<kafka::Header> headers;
   std::string position_text;
   uint32_t ordinal = 0;
-  const auto& c = config.columns;
   const Clock::time_point started = Clock::now();
   Clock::time_point last_report = started;
   uint64_t last_report_done = 0;
@@ -216,22 +242,12 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   constexpr auto kReportEvery = std::chrono::seconds(10);
 
   for (const std::string& table : config.tables) {
-    // A bytea payload (Avro, Protobuf) is read as text (\x hex) and published as bytes,
-    // as the stream does it.
-    const std::string quoted_table = QuoteQualifiedName(table);
-    WALRELAY_ASSIGN_OR_RETURN(
-        slot::PgResultPtr type,
-        slot::ExecPg(conn,
-                     "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND "
-                     "attname = $2 AND NOT attisdropped AND atttypid = 'bytea'::regtype",
-                     {quoted_table.c_str(), c.payload.c_str()},
-                     name + ": reading the payload column's type of " + table));
-    const bool payload_is_bytea = std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
-    const std::string select =
-        "DECLARE backfill NO SCROLL CURSOR FOR SELECT " + Column(c.event_id) + ", " +
-        Column(c.aggregate_type) + ", " + Column(c.aggregate_id) + ", " + Column(c.topic) + ", " +
-        Column(c.event_type) + ", " + Column(c.payload) + ", " + Column(c.headers) + " FROM " +
-        QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " + selection.order_by;
+    WALRELAY_ASSIGN_OR_RETURN(const bool payload_is_bytea,
+                              PayloadIsBytea(conn, table, config.columns));
+    const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " +
+                               OutboxRowSelectList(config.columns) + " FROM " +
+                               QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
+                               selection.order_by;
     WALRELAY_RETURN_IF_ERROR(Exec(conn, select, "reading " + table));
     while (true) {
       WALRELAY_ASSIGN_OR_RETURN(
@@ -240,12 +256,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       const int n = PQntuples(rows.get());
       if (n == 0) break;
       for (int i = 0; i < n; ++i) {
-        auto field = [&](int col) -> std::optional<std::string_view> {
-          if (PQgetisnull(rows.get(), i, col)) return std::nullopt;
-          return std::string_view(PQgetvalue(rows.get(), i, col), PQgetlength(rows.get(), i, col));
-        };
-        OutboxRow row{field(0), field(1), field(2), field(3),
-                      field(4), field(5), field(6), payload_is_bytea};
+        const OutboxRow row = OutboxRowAt(rows.get(), i, payload_is_bytea);
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
           DeadLetter l;

@@ -71,6 +71,7 @@
 #include "slot/pg_error.h"
 #include "src/relay/config.h"
 #include "src/relay/dead_letter.h"
+#include "src/relay/outbox_mapper.h"
 #include "src/relay/pipeline.h"
 #include "src/relay/progress.h"
 #include "src/relay/relay_stats.h"
@@ -102,6 +103,14 @@ struct RowSelection {
   std::string what;      // which rows, for the log ("inserted by transactions from ...")
   bool count_only = false;  // count (BackfillResult::expected) and publish nothing
 };
+
+// Reading outbox rows by SQL the way the stream sees them (recovery, republish, re-drive):
+// the SELECT list of the seven mapped fields as text (NULL::text for an absent optional
+// column), in OutboxRow's order; whether the table's payload column is bytea (read as its
+// \x text, published as bytes); and the OutboxRow of one result row (views into it).
+std::string OutboxRowSelectList(const OutboxColumns& columns);
+Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const OutboxColumns& columns);
+OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea);
 
 // The order rows are republished in: the configured id column, or without one (a uuid
 // key: the Debezium profile) the inserting transaction counted from `from_xid` modulo

@@ -25,6 +25,13 @@ Result<std::string> Scalar(PGconn* conn, const std::string& sql, std::string_vie
 
 }  // namespace
 
+Result<std::unique_ptr<KafkaSink>> StandaloneKafkaSink(const RelayConfig& config) {
+  kafka::ProducerOptions popts;
+  popts.properties.emplace_back("bootstrap.servers", config.bootstrap_servers);
+  for (const auto& [k, v] : config.kafka_properties) popts.properties.emplace_back(k, v);
+  return KafkaSink::Create(std::move(popts));
+}
+
 Result<std::string> RepublishPredicate(const RelayConfig& config, const RepublishRequest& request) {
   const OutboxColumns& c = config.columns;
   switch (request.rows) {
@@ -153,10 +160,7 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
     sink = std::make_unique<NullSink>();
     dead_letters = std::make_unique<LoggingDeadLetterSink>();
   } else {
-    kafka::ProducerOptions popts;
-    popts.properties.emplace_back("bootstrap.servers", config.bootstrap_servers);
-    for (const auto& [k, v] : config.kafka_properties) popts.properties.emplace_back(k, v);
-    WALRELAY_ASSIGN_OR_RETURN(sink, KafkaSink::Create(std::move(popts)));
+    WALRELAY_ASSIGN_OR_RETURN(sink, StandaloneKafkaSink(config));
     WALRELAY_ASSIGN_OR_RETURN(
         dead_letters, DeadLetterWriter::Open(conninfo, config.dead_letter_table, config.slot));
   }

@@ -15,12 +15,14 @@
 // snapshot shows and the selection leaves out was delivered before.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/lsn.h"
 #include "base/status.h"
 #include "src/relay/config.h"
+#include "src/relay/pipeline.h"
 #include "src/relay/recovery.h"
 
 namespace walrelay::relay {
@@ -52,6 +54,10 @@ struct RepublishResult {
 // that exists with create_slot or is active without while_relay_runs, or a publication
 // that does not cover the tables.
 Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequest& request);
+
+// The idempotent producer of `config` (bootstrap servers and kafka.properties) for the
+// commands that publish outside a relay session (republish, dead-letter re-drive).
+Result<std::unique_ptr<KafkaSink>> StandaloneKafkaSink(const RelayConfig& config);
 
 // The WHERE clause of a request (exposed for tests and --dry-run output).
 Result<std::string> RepublishPredicate(const RelayConfig& config, const RepublishRequest& request);

@@ -47,6 +47,8 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
          "  topic        text,\n"
          "  reason       text NOT NULL,\n"
          "  payload      bytea,\n"
+         "  redriven_at  timestamptz,\n"
+         "  redrive_outcome text,\n"
          "  UNIQUE (slot, recovered, commit_lsn, ordinal)\n"
          ")";
 }
@@ -56,8 +58,9 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
 // payloads kept as their UTF-8 bytes. (2) Earlier versions keyed letters by (slot,
 // commit_lsn, ordinal) alone, so a letter written by lost-slot recovery (commit_lsn = the
 // new slot's consistent point) and one of a streamed event at that same LSN collided and
-// ON CONFLICT DO NOTHING dropped the second: the key gains `recovered`. One statement (a
-// DO block); REQUIRES: the quoted name does not contain "$walrelay$".
+// ON CONFLICT DO NOTHING dropped the second: the key gains `recovered`. (3) The re-drive
+// columns (`walrelay dead-letters retry`, redrive.h) are added. One statement (a DO
+// block); REQUIRES: the quoted name does not contain "$walrelay$".
 inline std::string DeadLetterTableUpgradeSql(std::string_view quoted_table) {
   const std::string t(quoted_table);
   const std::string regclass = QuoteLiteral(t) + "::regclass";
@@ -87,6 +90,13 @@ inline std::string DeadLetterTableUpgradeSql(std::string_view quoted_table) {
          "  ALTER TABLE " +
          t +
          " ADD UNIQUE (slot, recovered, commit_lsn, ordinal);\n"
+         "END IF;\n"
+         "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
+         regclass +
+         " AND attname = 'redrive_outcome' AND NOT attisdropped) THEN\n"
+         "  ALTER TABLE " +
+         t +
+         " ADD COLUMN redriven_at timestamptz, ADD COLUMN redrive_outcome text;\n"
          "END IF;\n"
          "END $walrelay$";
 }

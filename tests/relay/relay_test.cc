@@ -20,6 +20,7 @@
 #include "src/metrics/registry.h"
 #include "src/relay/dead_letter.h"
 #include "src/relay/position.h"
+#include "src/relay/redrive.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
@@ -238,6 +239,62 @@ TEST_F(RelayTest, UnmappableRowsAreDeadLetteredAndTheStreamGoesOn) {
   EXPECT_EQ(*(*rows)[1][0], "TooBig");
   EXPECT_NE((*rows)[1][1]->find("too large"), std::string::npos) << *(*rows)[1][1];
   EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 2u);
+}
+
+// Issue 16, dead-letter re-drive: a row dead-lettered because its topic was not allowed is
+// re-driven after the operator allows and creates the topic: rebuilt from its outbox row
+// (its own headers included), published, and the letter records 'published'. A letter whose
+// cause is not fixed fails again and keeps its (new) reason. `list` shows what is left.
+TEST_F(RelayTest, DeadLettersAreListedAndRedrivenOnceTheCauseIsFixed) {
+  config_.allowed_topics = {"outbox.payment"};
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload, headers) VALUES ('refund', 'r1', 'outbox.refund', 'Refunded', "
+                        "'{\"n\":1}', '{\"trace\": \"t-9\"}'), ('refund', 'r2', 'bad topic!', "
+                        "'Refunded', '{\"n\":2}', NULL)")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  StopRelay();
+  auto listed = ListDeadLetters(config_, {});
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_NE((*listed)[0].reason.find("not in outbox.allowed_topics"), std::string::npos);
+
+  // The fix: the topic exists and is allowed.
+  ASSERT_TRUE(kafka_->CreateTopic("outbox.refund", 1, 3).ok());
+  config_.allowed_topics = {"outbox.payment", "outbox.refund"};
+  DeadLetterSelection all;
+  auto redriven = RedriveDeadLetters(config_, all);
+  ASSERT_TRUE(redriven.ok()) << redriven.status().ToString();
+  EXPECT_EQ(redriven->published, 1);
+  EXPECT_EQ(redriven->failed, 1);
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.refund", 1, 1, 20s);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].key, "r1");
+  EXPECT_EQ(records[0].value, "{\"n\": 1}");
+  EXPECT_EQ(records[0].Header("trace"), "t-9") << "rebuilt from the row, its headers included";
+  EXPECT_EQ(records[0].Header("event_id"),
+            *pg_->QueryScalar("SELECT event_id::text FROM outbox WHERE aggregate_id = 'r1'"));
+  auto rows = pg_->Query(
+      "SELECT aggregate_id, redrive_outcome, reason, redriven_at IS NOT NULL FROM "
+      "walrelay_dead_letter ORDER BY id");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(*(*rows)[0][1], "published");
+  EXPECT_EQ(*(*rows)[1][1], "failed");
+  EXPECT_NE((*rows)[1][2]->find("invalid Kafka topic name"), std::string::npos) << *(*rows)[1][2];
+  EXPECT_EQ(*(*rows)[1][3], "t");
+
+  // What is left to do; a second retry re-drives only that one (and fails it again).
+  listed = ListDeadLetters(config_, {});
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].aggregate_id, std::optional<std::string>("r2"));
+  redriven = RedriveDeadLetters(config_, all);
+  ASSERT_TRUE(redriven.ok());
+  EXPECT_EQ(redriven->published, 0);
+  EXPECT_EQ(redriven->failed, 1);
+  EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.refund", 1), 1);
 }
 
 TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
