@@ -82,6 +82,8 @@ Status InboxConsumer::Impl::Init() {
   }
   rd_kafka_conf_set_opaque(conf, this);
   rd_kafka_conf_set_rebalance_cb(conf, &Impl::RebalanceCb);
+  // librdkafka's lines into the service's log, secrets masked (not its own stderr output).
+  rd_kafka_conf_set_log_cb(conf, &kafka::LogLibrdkafka);
   rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
   if (rk_ == nullptr) {
     rd_kafka_conf_destroy(conf);

@@ -21,16 +21,6 @@ struct ProducerCallbacks {
   static void Error(rd_kafka_t* /*rk*/, int err, const char* reason, void* opaque) {
     static_cast<Producer*>(opaque)->HandleError(err, reason);
   }
-  // Runs on librdkafka's internal threads; spdlog's default logger is thread-safe.
-  static void Log(const rd_kafka_t* /*rk*/, int level, const char* fac, const char* buf) {
-    // librdkafka logs connection failures at 3 (LOG_ERR); they are transient, so warn.
-    auto spd = level <= 2   ? spdlog::level::err
-               : level == 3 ? spdlog::level::warn
-               : level == 4 ? spdlog::level::warn
-               : level <= 6 ? spdlog::level::info
-                            : spdlog::level::debug;
-    spdlog::log(spd, "rdkafka {}: {}", fac, buf);
-  }
 };
 
 namespace {
@@ -194,7 +184,7 @@ Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
   rd_kafka_conf_set_opaque(conf, producer.get());
   rd_kafka_conf_set_dr_msg_cb(conf, &ProducerCallbacks::Delivery);
   rd_kafka_conf_set_error_cb(conf, &ProducerCallbacks::Error);
-  rd_kafka_conf_set_log_cb(conf, &ProducerCallbacks::Log);
+  rd_kafka_conf_set_log_cb(conf, &LogLibrdkafka);
 
   char errstr[512];
   // On success rd_kafka_new takes ownership of conf; on failure it stays ours.

@@ -1,8 +1,12 @@
 #include "src/kafka/properties.h"
 
 #include <librdkafka/rdkafka.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <mutex>
 #include <string_view>
+#include <vector>
 
 namespace walrelay::kafka {
 
@@ -32,7 +36,55 @@ constexpr JavaProperty kJavaProperties[] = {
 
 }  // namespace
 
+namespace {
+
+std::mutex& SecretsMutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::string>& Secrets() {
+  static std::vector<std::string> secrets;
+  return secrets;
+}
+
+}  // namespace
+
+bool IsSecretProperty(std::string_view name) {
+  for (std::string_view word : {"password", "secret", "jaas", "oauthbearer.config", ".pem", "key"}) {
+    if (name.find(word) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+std::string MaskSecrets(std::string line) {
+  std::lock_guard<std::mutex> lock(SecretsMutex());
+  for (const std::string& secret : Secrets()) {
+    for (size_t at = line.find(secret); at != std::string::npos; at = line.find(secret, at + 8)) {
+      line.replace(at, secret.size(), "********");
+    }
+  }
+  return line;
+}
+
+void LogLibrdkafka(const rd_kafka_t* /*rk*/, int level, const char* facility, const char* line) {
+  // librdkafka logs connection failures at 3 (LOG_ERR); they are transient, so warn.
+  auto spd = level <= 2   ? spdlog::level::err
+             : level == 3 ? spdlog::level::warn
+             : level == 4 ? spdlog::level::warn
+             : level <= 6 ? spdlog::level::info
+                          : spdlog::level::debug;
+  spdlog::log(spd, "rdkafka {}: {}", facility, MaskSecrets(line));
+}
+
 Status SetProperty(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
+  // Secrets of at least 4 bytes (shorter ones would mask ordinary words of log lines).
+  if (IsSecretProperty(name) && value.size() >= 4) {
+    std::lock_guard<std::mutex> lock(SecretsMutex());
+    auto& secrets = Secrets();
+    if (std::find(secrets.begin(), secrets.end(), value) == secrets.end()) {
+      secrets.push_back(value);
+    }
+  }
   char errstr[512];
   if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) ==
       RD_KAFKA_CONF_OK) {

@@ -3,11 +3,16 @@
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "src/kafka/mock_cluster.h"
+#include "src/kafka/properties.h"
 #include "test_consumer.h"
 
 namespace walrelay::kafka {
@@ -145,6 +150,40 @@ TEST_F(ProducerTest, EnforcedPropertiesCannotBeWeakened) {
 
 // A property librdkafka refuses is named in the error, its value never: properties carry
 // secrets, and librdkafka's own message quotes an invalid value (issue 13).
+// librdkafka's own log lines go through walrelay's log with secret property values
+// masked (issue 13): with debug=conf librdkafka dumps the client configuration, and its
+// warnings may quote values. Every line of a producer configured with secrets is checked.
+TEST_F(ProducerTest, LibrdkafkaLogLinesNeverCarryASecretValue) {
+  std::ostringstream captured;
+  auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
+  logger->set_level(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+  {
+    ProducerOptions options;
+    options.properties = {{"bootstrap.servers", cluster_->bootstraps()},
+                          {"debug", "conf,security"},
+                          {"security.protocol", "sasl_plaintext"},
+                          {"sasl.mechanism", "PLAIN"},
+                          {"sasl.username", "walrelay"},
+                          {"sasl.password", "hunter2-sasl-secret"},
+                          {"client.id", "hunter2-sasl-secret"}};  // a value a line quotes
+    auto p = Producer::Create(options, reports_.Callback());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    (*p)->Poll(std::chrono::milliseconds(200));
+  }
+  spdlog::set_default_logger(previous);
+  const std::string out = captured.str();
+  EXPECT_NE(out.find("rdkafka"), std::string::npos) << "no librdkafka line was logged";
+  EXPECT_EQ(out.find("hunter2-sasl-secret"), std::string::npos) << out.substr(0, 4000);
+  EXPECT_NE(out.find("********"), std::string::npos) << "the quoted value was not masked";
+  EXPECT_TRUE(IsSecretProperty("ssl.key.password"));
+  EXPECT_TRUE(IsSecretProperty("sasl.oauthbearer.config"));
+  EXPECT_FALSE(IsSecretProperty("sasl.username"));
+  EXPECT_EQ(MaskSecrets("x hunter2-sasl-secret y"), "x ******** y");
+}
+
 TEST_F(ProducerTest, RefusedPropertyErrorNamesThePropertyNotItsValue) {
   const std::vector<std::pair<std::string, std::string>> secret_props = {
       // Java's JAAS line: unknown to librdkafka.
