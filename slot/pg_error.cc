@@ -316,6 +316,38 @@ Result<std::string> SessionOptions(std::string_view conninfo, const SessionSetti
   return options;
 }
 
+std::string TransportSecurityWarning(std::string_view host, std::string_view port,
+                                     bool ssl_in_use, std::string_view sslmode) {
+  const bool local = host.empty() || host.front() == '/' || host.front() == '@' ||
+                     host == "localhost" || host.starts_with("127.") || host == "::1";
+  if (local || (ssl_in_use && sslmode == "verify-full")) return "";
+  const std::string where = std::string(host) + ":" + std::string(port);
+  if (!ssl_in_use) {
+    return "the connection to " + where + " is not encrypted (sslmode=" + std::string(sslmode) +
+           "): anyone on the network path can read the events and the password exchange, "
+           "or alter them. Fix: enable ssl on the server and connect with sslmode=verify-full "
+           "sslrootcert=<the server's CA file>";
+  }
+  return "the connection to " + where + " is encrypted but the server is not verified (sslmode=" +
+         std::string(sslmode) +
+         "): anyone who can intercept it can pose as the server. Fix: sslmode=verify-full "
+         "sslrootcert=<the server's CA file> (verify-ca does not check the host name)";
+}
+
+std::string TransportSecurityWarning(PGconn* conn) {
+  std::string sslmode = "prefer";
+  if (PQconninfoOption* opts = PQconninfo(conn)) {
+    for (const PQconninfoOption* o = opts; o->keyword != nullptr; ++o) {
+      if (std::string_view(o->keyword) == "sslmode" && o->val != nullptr) sslmode = o->val;
+    }
+    PQconninfoFree(opts);
+  }
+  const char* host = PQhost(conn);
+  const char* port = PQport(conn);
+  return TransportSecurityWarning(host ? host : "", port ? port : "", PQsslInUse(conn) == 1,
+                                  sslmode);
+}
+
 std::string WithPassword(std::string_view conninfo, std::string_view password) {
   std::string out(conninfo);
   if (password.empty()) return out;

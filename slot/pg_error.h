@@ -151,6 +151,17 @@ inline constexpr SessionSettings kRelaySession{.local_commit = true,
 // kInvalidArgument when `conninfo` does not parse.
 Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings);
 
+// Whether the connection to the source can be read or altered on the network: a warning
+// when it reaches a server that is not on this host (not a unix socket, not localhost /
+// 127.0.0.0/8 / ::1) without verified TLS: TLS off, or an sslmode below verify-full
+// (require and verify-ca do not check that the certificate names the host). "" when the
+// transport is fine. `host` is PQhost() of the live connection, `sslmode` the effective one
+// (PQconninfo: the conninfo's, else $PGSSLMODE, else prefer).
+std::string TransportSecurityWarning(std::string_view host, std::string_view port,
+                                     bool ssl_in_use, std::string_view sslmode);
+// The same for a live connection.
+std::string TransportSecurityWarning(PGconn* conn);
+
 // `conninfo` with `password` added in its own form: a quoted keyword after keyword/value
 // pairs, a percent-encoded query parameter of a URI (a keyword appended to a URI makes
 // libpq refuse the whole string). `conninfo` unchanged when `password` is empty.

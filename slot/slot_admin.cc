@@ -360,4 +360,6 @@ Status SlotAdmin::EnsurePublicationOnce(std::string_view name,
   return created.status();
 }
 
+std::string SlotAdmin::TransportWarning() const { return TransportSecurityWarning(conn_.get()); }
+
 }  // namespace walrelay::slot

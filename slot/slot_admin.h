@@ -142,6 +142,8 @@ class SlotAdmin {
   Status EmitMessage(bool transactional, std::string_view prefix, std::string_view content);
 
   std::string user() const;
+  // TransportSecurityWarning of this connection ("" when local or verified TLS).
+  std::string TransportWarning() const;
 
  private:
   explicit SlotAdmin(PgConnPtr conn) : conn_(std::move(conn)) {}

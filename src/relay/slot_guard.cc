@@ -413,6 +413,9 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   };
   const std::string conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
+  // 0. the transport: events and credentials cross the network in the clear, or to a
+  // server nobody verified
+  if (std::string w = admin->TransportWarning(); !w.empty()) warn(std::move(w));
 
   // 1. server version and wal_level
   WALRELAY_ASSIGN_OR_RETURN(report.settings, admin->GetServerSettings());

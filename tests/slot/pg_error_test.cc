@@ -103,5 +103,38 @@ TEST(PgErrorTest, SqlStateTableClassesCodeAndFault) {
   }
 }
 
+// Issue 13: a network connection without verified TLS is called out at start; local ones
+// and verify-full are not.
+TEST(PgErrorTest, TransportSecurityWarningForUnverifiedNetworkConnections) {
+  struct Case {
+    const char* host;
+    bool ssl;
+    const char* sslmode;
+    const char* expect;  // "" = no warning, else a word the warning holds
+  };
+  const Case cases[] = {
+      {"/var/run/postgresql", false, "prefer", ""},
+      {"", false, "prefer", ""},
+      {"localhost", false, "disable", ""},
+      {"127.0.0.1", false, "prefer", ""},
+      {"::1", false, "prefer", ""},
+      {"db.example", true, "verify-full", ""},
+      {"db.example", false, "prefer", "not encrypted"},
+      {"10.0.0.5", false, "disable", "not encrypted"},
+      {"db.example", true, "require", "not verified"},
+      {"db.example", true, "verify-ca", "host name"},
+      {"db.example", true, "prefer", "not verified"},
+  };
+  for (const Case& c : cases) {
+    const std::string w = TransportSecurityWarning(c.host, "5432", c.ssl, c.sslmode);
+    if (std::string_view(c.expect).empty()) {
+      EXPECT_EQ(w, "") << c.host << " " << c.sslmode;
+    } else {
+      EXPECT_NE(w.find(c.expect), std::string::npos) << c.host << " " << c.sslmode << ": " << w;
+      EXPECT_NE(w.find("sslmode=verify-full"), std::string::npos) << w;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace walrelay::slot
