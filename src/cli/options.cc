@@ -344,6 +344,18 @@ std::vector<OptionSpec> BuildRunOptions() {
     };
     o.push_back(std::move(s));
   }
+  o.push_back(Millis("outbox.retention_ms",
+                     "The outbox janitor: delete outbox rows older than this (by created_at) "
+                     "once they are delivered (their transaction precedes the recorded "
+                     "recovery bound), in small batches; 0 = off. Never deletes a row that is "
+                     "not confirmed, nor one lost-slot recovery could need.",
+                     &RelayConfig::outbox_retention));
+  o.push_back(Int("outbox.janitor_batch_rows",
+                  "Rows the janitor deletes per statement (at most 10 statements a second).",
+                  &RelayConfig::janitor_batch_rows));
+  o.push_back(Millis("outbox.janitor_interval_ms",
+                     "Pause between janitor rounds once a round found nothing more to delete.",
+                     &RelayConfig::janitor_interval));
   o.push_back(Str("kafka.bootstrap_servers", "Kafka bootstrap servers (host:port,...).",
                   &RelayConfig::bootstrap_servers));
   o.push_back(Bool("kafka.embedded",

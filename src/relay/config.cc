@@ -117,6 +117,17 @@ Status RelayConfig::Validate() const {
       }
     }
   }
+  if (outbox_retention.count() < 0 || janitor_batch_rows < 1 || janitor_batch_rows > 100000 ||
+      janitor_interval.count() < 10) {
+    return InvalidArgumentError(
+        "outbox janitor: retention_ms >= 0 (0 = off), janitor_batch_rows 1..100000, "
+        "janitor_interval_ms >= 10");
+  }
+  if (outbox_retention.count() > 0 && (columns.created_at.empty() || tables.empty())) {
+    return InvalidArgumentError(
+        "outbox.retention_ms needs outbox tables with a timestamp column (outbox.columns "
+        "created_at): the janitor deletes rows older than the retention by it");
+  }
   if (topic_template.empty() && columns.topic.empty()) {
     return InvalidArgumentError(
         "no way to choose a topic: set --outbox-topic-template or a topic column");

@@ -111,6 +111,12 @@ struct RelayConfig {
   TextFormat key_format = TextFormat::kRaw;
   TextFormat value_format = TextFormat::kRaw;
 
+  // The outbox janitor (janitor.h): deletes rows older than this that are delivered; 0 =
+  // off (the outbox is cleaned by others). Needs columns.created_at.
+  std::chrono::milliseconds outbox_retention{0};
+  int64_t janitor_batch_rows = 1000;
+  std::chrono::milliseconds janitor_interval{10000};
+
   // --- Kafka
   std::string bootstrap_servers;
   bool embedded_kafka = false;  // start librdkafka's mock cluster in process

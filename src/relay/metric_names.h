@@ -84,6 +84,12 @@ inline constexpr MetricName kLastHeartbeat{
     "Unix time at which the last heartbeat was seen in the stream."};
 
 // --- lost-slot recovery
+inline constexpr MetricName kJanitorDeleted{
+    "walrelay_outbox_janitor_deleted_rows_total",
+    "Outbox rows the janitor deleted (older than outbox.retention_ms and delivered)."};
+inline constexpr MetricName kJanitorFailures{
+    "walrelay_outbox_janitor_failures_total",
+    "Janitor rounds that failed (logged; the rows stay until a later round)."};
 inline constexpr MetricName kSlotRecoveries{
     "walrelay_slot_recoveries_total",
     "Times the slot was found lost or missing and recreated, re-publishing from the outbox."};

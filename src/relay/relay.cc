@@ -17,6 +17,7 @@
 #include "src/relay/dead_letter.h"
 #include "src/relay/metric_names.h"
 #include "src/relay/pipeline.h"
+#include "src/relay/janitor.h"
 #include "src/relay/plugin_options.h"
 #include "src/relay/progress.h"
 #include "src/relay/recovery.h"
@@ -38,6 +39,7 @@ struct Relay::Observability {
   metrics::Histogram* produce_latency = nullptr;
   metrics::Histogram* commit_to_ack_latency = nullptr;
   std::unique_ptr<SlotGuard> guard;
+  std::unique_ptr<OutboxJanitor> janitor;  // null when outbox.retention_ms is 0
   std::unique_ptr<metrics::MetricsServer> server;
 };
 
@@ -267,6 +269,7 @@ Status Relay::Session::Start() {
   }
   if (!relay_.guard_started_) {  // now that the slot exists
     relay_.obs_->guard->Start();
+    if (relay_.obs_->janitor) relay_.obs_->janitor->Start();
     relay_.guard_started_ = true;
   }
   spdlog::info("streaming slot {} (publication {}), status every {} ms", config_.slot,
@@ -448,6 +451,23 @@ Status Relay::StartObservability() {
   gopts.interval = config_.guard_interval;
   gopts.registry = &r;
   obs_->guard = std::make_unique<SlotGuard>(std::move(gopts));  // started with streaming
+  if (config_.outbox_retention.count() > 0) {
+    JanitorOptions jopts;
+    jopts.conninfo = config_.SourceConninfo();
+    jopts.slot = config_.slot;
+    jopts.progress_table = config_.progress_table;
+    jopts.tables = config_.tables;
+    jopts.created_at_column = config_.columns.created_at;
+    jopts.retention = config_.outbox_retention;
+    jopts.batch_rows = static_cast<int>(config_.janitor_batch_rows);
+    jopts.interval = config_.janitor_interval;
+    obs_->janitor = std::make_unique<OutboxJanitor>(std::move(jopts));  // started with streaming
+    OutboxJanitor* janitor = obs_->janitor.get();
+    r.AddCounterCallback(mn::kJanitorDeleted.name, mn::kJanitorDeleted.help, {},
+                         [janitor] { return static_cast<double>(janitor->deleted()); });
+    r.AddCounterCallback(mn::kJanitorFailures.name, mn::kJanitorFailures.help, {},
+                         [janitor] { return static_cast<double>(janitor->failures()); });
+  }
 
   if (!config_.metrics_address.empty()) {
     metrics::ServerOptions so;
@@ -574,6 +594,7 @@ Status Relay::Run() {
     }
   }
   obs_->guard->Stop();
+  if (obs_->janitor) obs_->janitor->Stop();
   if (obs_->server) obs_->server->Stop();
   return result;
 }

@@ -297,6 +297,43 @@ TEST_F(RelayTest, DeadLettersAreListedAndRedrivenOnceTheCauseIsFixed) {
   EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.refund", 1), 1);
 }
 
+// Issue 14, the janitor: with outbox.retention_ms set, delivered rows older than it are
+// deleted in batches, so the outbox stays bounded; while the brokers are down nothing is
+// delivered, so nothing is deleted (the table grows); once they are back everything
+// arrives and the table empties again.
+TEST_F(RelayTest, JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded) {
+  config_.outbox_retention = 1ms;
+  config_.janitor_interval = 100ms;
+  config_.janitor_batch_rows = 200;
+  StartRelay();
+  auto outbox_rows = [&] { return std::stoll(*pg_->QueryScalar("SELECT count(*) FROM outbox")); };
+  auto wait_empty = [&](std::chrono::seconds timeout) {
+    for (auto until = std::chrono::steady_clock::now() + timeout;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(50ms)) {
+      if (outbox_rows() == 0) return true;
+    }
+    return false;
+  };
+  WriteEvents(0, 10, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(wait_empty(30s)) << outbox_rows() << " rows left";
+  EXPECT_EQ(DistinctEventIds(1000, 30s).size(), 1000u);
+
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  WriteEvents(1000, 5, 100);
+  // Undeliverable: the rows stay, round after round of the janitor (every 100 ms).
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_EQ(outbox_rows(), 500) << "the janitor deleted an undelivered row";
+  }
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s));
+  EXPECT_EQ(DistinctEventIds(1500, 30s).size(), 1500u);
+  ASSERT_TRUE(wait_empty(30s)) << outbox_rows() << " rows left after delivery";
+  EXPECT_NE(relay_->RenderMetrics().find("walrelay_outbox_janitor_deleted_rows_total 1500"),
+            std::string::npos);
+}
+
 TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   StartRelay();
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "

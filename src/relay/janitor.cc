@@ -1,0 +1,89 @@
+#include "src/relay/janitor.h"
+
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include "base/sql.h"
+#include "slot/pg_error.h"
+
+namespace walrelay::relay {
+
+std::string OutboxJanitor::BatchSql(const std::string& table) const {
+  const std::string t = QuoteQualifiedName(table);
+  // The bound's xmin as an xid (its low 32 bits); age() compares it with each row's xmin
+  // in the server's own 32-bit xid arithmetic. A NULL bound makes the comparison NULL:
+  // nothing is deleted.
+  return "WITH bound AS (SELECT age((pg_snapshot_xmin(bound_snapshot)::text::bigint % "
+         "4294967296)::text::xid) AS age FROM " +
+         QuoteQualifiedName(options_.progress_table) + " WHERE slot = $1 AND source = '*'), "
+         "doomed AS (SELECT ctid FROM " +
+         t + " WHERE " + QuoteIdentifier(options_.created_at_column) +
+         " < now() - $2::interval AND age(xmin) > (SELECT age FROM bound) LIMIT " +
+         std::to_string(options_.batch_rows) + " FOR UPDATE SKIP LOCKED) DELETE FROM " + t +
+         " WHERE ctid IN (SELECT ctid FROM doomed)";
+}
+
+Result<uint64_t> OutboxJanitor::RunOnce() {
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(options_.conninfo, nullptr, "outbox janitor", slot::kRelaySession));
+  const std::string retention = std::to_string(options_.retention.count()) + " milliseconds";
+  const auto pause = std::chrono::milliseconds(1000 / std::max(1, options_.batches_per_second));
+  uint64_t total = 0;
+  for (const std::string& table : options_.tables) {
+    while (true) {
+      const auto started = std::chrono::steady_clock::now();
+      WALRELAY_ASSIGN_OR_RETURN(
+          slot::PgResultPtr r,
+          slot::ExecPg(conn.get(), BatchSql(table), {options_.slot.c_str(), retention.c_str()},
+                       "outbox janitor: deleting delivered rows of " + table));
+      const uint64_t n = std::strtoull(PQcmdTuples(r.get()), nullptr, 10);
+      total += n;
+      deleted_.fetch_add(n, std::memory_order_relaxed);
+      if (n < static_cast<uint64_t>(options_.batch_rows)) break;
+      {  // the rate bound; a stop ends the wait
+        std::unique_lock lock(stop_mu_);
+        if (stop_cv_.wait_until(lock, started + pause, [this] { return stop_; })) return total;
+      }
+    }
+  }
+  return total;
+}
+
+void OutboxJanitor::Start() {
+  if (thread_.joinable() || options_.retention.count() <= 0) return;
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void OutboxJanitor::Stop() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void OutboxJanitor::Run() {
+  std::unique_lock lock(stop_mu_);
+  while (!stop_) {
+    lock.unlock();
+    Result<uint64_t> n = RunOnce();
+    if (!n.ok()) {
+      failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("outbox janitor: {} (nothing is lost: rows stay until a later round)",
+                   n.status().ToString());
+    } else if (*n > 0) {
+      spdlog::debug("outbox janitor: deleted {} delivered rows older than {} ms", *n,
+                    options_.retention.count());
+    }
+    lock.lock();
+    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+  }
+}
+
+}  // namespace walrelay::relay
