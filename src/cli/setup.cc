@@ -16,6 +16,7 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
         sql.push_back("CREATE SCHEMA IF NOT EXISTS " + QuoteIdentifier(name->schema));
       }
       sql.push_back(relay::OutboxTableDdl(t));
+      sql.push_back(relay::QueueTableStorageSql(t));
     }
   }
   sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));

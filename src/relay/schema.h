@@ -27,6 +27,17 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
          ")";
 }
 
+// Autovacuum settings for a queue table (docs/operations.md section 4): vacuum after a
+// fixed number of dead (or inserted) rows instead of a fraction of a table that may be
+// huge; rows are never updated, so fillfactor stays 100. `walrelay setup` applies them to
+// the outbox tables it creates.
+inline std::string QueueTableStorageSql(std::string_view qualified_table) {
+  return "ALTER TABLE " + QuoteQualifiedName(qualified_table) +
+         " SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, "
+         "autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = "
+         "100000, autovacuum_vacuum_cost_delay = 0, fillfactor = 100)";
+}
+
 // The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Created
 // only when missing (slot::CreateTableIfMissing: a least-privilege role may lack CREATE on
 // the schema); DeadLetterTableUpgradeSql brings a table of an earlier version up to date.

@@ -71,6 +71,12 @@ TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
                    "pg_publication_tables WHERE pubname = 'walrelay_outbox'"),
             "billing.outbox,public.outbox");
   EXPECT_EQ(Scalar("SELECT to_regclass('walrelay_dead_letter') IS NOT NULL"), "t");
+  // Queue-table autovacuum settings on the outbox tables it created (issue 14).
+  EXPECT_EQ(Scalar("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
+                   "'billing.outbox'::regclass"),
+            "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000,"
+            "autovacuum_vacuum_insert_scale_factor=0,autovacuum_vacuum_insert_threshold=100000,"
+            "autovacuum_vacuum_cost_delay=0,fillfactor=100");
   // The unbounded max_slot_wal_keep_size of a default cluster is called out.
   CommandResult r = RunWalrelay("setup " + dsn_);
   EXPECT_NE(r.output.find("max_slot_wal_keep_size = -1"), std::string::npos) << r.output;
