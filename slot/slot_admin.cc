@@ -362,4 +362,12 @@ Status SlotAdmin::EnsurePublicationOnce(std::string_view name,
 
 std::string SlotAdmin::TransportWarning() const { return TransportSecurityWarning(conn_.get()); }
 
+Status RequireLogicalWalLevel(const ServerSettings& settings) {
+  if (settings.wal_level == "logical") return Status::Ok();
+  return FailedPreconditionError("wal_level is '" + settings.wal_level +
+                                 "', logical decoding needs 'logical'. Fix: ALTER SYSTEM SET "
+                                 "wal_level = logical; then restart PostgreSQL (a reload is "
+                                 "not enough)");
+}
+
 }  // namespace walrelay::slot

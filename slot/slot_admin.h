@@ -98,6 +98,10 @@ struct ServerSettings {
   int server_version_num = 0;                       // e.g. 150004
 };
 
+// OK when the server can decode logically (wal_level = logical); else kFailedPrecondition
+// with the fix (ALTER SYSTEM SET wal_level = logical, then a restart).
+Status RequireLogicalWalLevel(const ServerSettings& settings);
+
 class SlotAdmin {
  public:
   // `conninfo`: any libpq keyword/value string or URI; replication is forced off. The

@@ -53,12 +53,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   const std::string conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());
-  if (settings.wal_level != "logical") {
-    return FailedPreconditionError(
-        "wal_level is '" + settings.wal_level +
-        "'; walrelay needs logical decoding. Run ALTER SYSTEM SET wal_level = logical; and "
-        "restart PostgreSQL, then run setup again");
-  }
+  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
   if (settings.max_slot_wal_keep_size_bytes < 0) {
     std::cerr << "warning: max_slot_wal_keep_size = -1 (unlimited): if walrelay stops reading "
                  "the slot, PostgreSQL keeps WAL until the disk is full. Set a bound, e.g. "

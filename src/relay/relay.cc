@@ -149,11 +149,7 @@ Status Relay::Session::Start() {
   // Server checks and objects, over a normal connection.
   WALRELAY_ASSIGN_OR_RETURN(admin_, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin_->GetServerSettings());
-  if (settings.wal_level != "logical") {
-    return FailedPreconditionError("wal_level is '" + settings.wal_level +
-                                   "': set wal_level = logical in postgresql.conf and restart "
-                                   "PostgreSQL");
-  }
+  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
   // The slot, read before anything else is set up: while another process streams it (the
   // active relay, this one being a standby), PostgreSQL lets no one else read it.
   auto existing = admin_->GetSlot(config_.slot);

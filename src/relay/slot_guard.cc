@@ -426,12 +426,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
         "table-less events and heartbeats, wal_status/safe_wal_size for slot safety). Fix: "
         "upgrade the server");
   }
-  if (report.settings.wal_level != "logical") {
-    return FailedPreconditionError(
-        "wal_level is '" + report.settings.wal_level +
-        "', logical decoding needs 'logical'. Fix: ALTER SYSTEM SET wal_level = logical; "
-        "then restart PostgreSQL (a reload is not enough)");
-  }
+  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(report.settings));
 
   // 2. REPLICATION privilege
   WALRELAY_ASSIGN_OR_RETURN(bool may_replicate, admin->HasReplicationPrivilege());

@@ -80,11 +80,7 @@ Result<TakeoverPlan> PlanTakeover(const RelayConfig& config) {
                             slot::SlotAdmin::Connect(conninfo));
   TakeoverPlan plan;
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());
-  if (settings.wal_level != "logical") {
-    return FailedPreconditionError("wal_level is '" + settings.wal_level +
-                                   "', so no logical slot can stream: was the connector "
-                                   "reading another server?");
-  }
+  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
 
   // The slot.
   auto slot = admin->GetSlot(config.slot);

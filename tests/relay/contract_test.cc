@@ -76,69 +76,6 @@ TEST(ContractTest, DocumentedDeadLetterHeadersAreTheHeadersInCode) {
   EXPECT_EQ(names, Strings(headers::kDeadLetterHeaders));
 }
 
-TEST(ContractTest, AProducedRecordCarriesExactlyTheDocumentedHeaders) {
-  RelayConfig config;
-  config.shutdown_timeout = std::chrono::milliseconds(0);
-  RelayStats stats;
-  // One outbox row with aggregate_type set and one header of its own.
-  testing::ScriptedSource source(0, R"({"trace_id": "t-1"})");
-  testing::HoldingSink sink;
-  LoggingDeadLetterSink dead_letters;
-  Pipeline::Options options;
-  options.end_of_stream_is_error = false;
-  {
-    Pipeline pipeline(config, stats, source, sink, dead_letters, options);
-    std::atomic<bool> stop{false};
-    ASSERT_TRUE(pipeline.Run(stop).ok());
-  }
-  ASSERT_EQ(sink.header_names.size(), 1u);
-  std::vector<std::string> documented = TableNames(ReadContract(), "### Record headers");
-  ASSERT_FALSE(documented.empty());
-  // The row's own headers come right before walrelay.position (the last one).
-  documented.insert(documented.end() - 1, "trace_id");
-  EXPECT_EQ(sink.header_names[0], documented);
-}
-
-// Section 1's encoding of a row's own headers: strings as they are, numbers and booleans
-// as their JSON text, null as a header without a value (not an empty one).
-TEST(ContractTest, RowHeadersAreEncodedAsDocumented) {
-  RelayConfig config;
-  config.shutdown_timeout = std::chrono::milliseconds(0);
-  RelayStats stats;
-  testing::ScriptedSource source(0, R"({"trace_id": "t-1", "empty": "", "n": 1.5,)"
-                                    R"( "flag": true, "none": null})");
-  testing::HoldingSink sink;
-  LoggingDeadLetterSink dead_letters;
-  Pipeline::Options options;
-  options.end_of_stream_is_error = false;
-  {
-    Pipeline pipeline(config, stats, source, sink, dead_letters, options);
-    std::atomic<bool> stop{false};
-    ASSERT_TRUE(pipeline.Run(stop).ok());
-  }
-  ASSERT_EQ(sink.header_values.size(), 1u);
-  const auto& names = sink.header_names[0];
-  const auto& values = sink.header_values[0];
-  ASSERT_EQ(names.size(), 9u);  // event_id, event_type, aggregate_type, 5 own, position
-  EXPECT_EQ(names[3], "trace_id");
-  EXPECT_EQ(values[3], std::optional<std::string>("t-1"));
-  EXPECT_EQ(values[4], std::optional<std::string>(""));
-  EXPECT_EQ(values[5], std::optional<std::string>("1.5"));
-  EXPECT_EQ(values[6], std::optional<std::string>("true"));
-  EXPECT_EQ(names[7], "none");
-  EXPECT_EQ(values[7], std::nullopt) << "a JSON null must be a header without a value";
-  EXPECT_EQ(values[0], std::optional<std::string>("0190a0c4-7d2e-7000-8000-000000000001"));
-  EXPECT_EQ(values[8],
-            std::optional<std::string>("lsn=0/1000000;ordinal=0;xid=700;"
-                                       "commit_time_us=946684800000000;source=public.outbox"));
-}
-
-}  // namespace
-}  // namespace walrelay::relay
-
-namespace walrelay::relay {
-namespace {
-
 // The records of one scripted outbox row (ScriptedSource: commit time 2000-01-01) run
 // through the real pipeline under `config`.
 testing::HoldingSink RunOneRow(RelayConfig config, std::string_view row_headers) {
@@ -155,6 +92,39 @@ testing::HoldingSink RunOneRow(RelayConfig config, std::string_view row_headers)
     EXPECT_TRUE(pipeline.Run(stop).ok());
   }
   return sink;
+}
+
+TEST(ContractTest, AProducedRecordCarriesExactlyTheDocumentedHeaders) {
+  // One outbox row with aggregate_type set and one header of its own.
+  testing::HoldingSink sink = RunOneRow(RelayConfig{}, R"({"trace_id": "t-1"})");
+  ASSERT_EQ(sink.header_names.size(), 1u);
+  std::vector<std::string> documented = TableNames(ReadContract(), "### Record headers");
+  ASSERT_FALSE(documented.empty());
+  // The row's own headers come right before walrelay.position (the last one).
+  documented.insert(documented.end() - 1, "trace_id");
+  EXPECT_EQ(sink.header_names[0], documented);
+}
+
+// Section 1's encoding of a row's own headers: strings as they are, numbers and booleans
+// as their JSON text, null as a header without a value (not an empty one).
+TEST(ContractTest, RowHeadersAreEncodedAsDocumented) {
+  testing::HoldingSink sink = RunOneRow(RelayConfig{}, R"({"trace_id": "t-1", "empty": "", "n": 1.5,)"
+                                                       R"( "flag": true, "none": null})");
+  ASSERT_EQ(sink.header_values.size(), 1u);
+  const auto& names = sink.header_names[0];
+  const auto& values = sink.header_values[0];
+  ASSERT_EQ(names.size(), 9u);  // event_id, event_type, aggregate_type, 5 own, position
+  EXPECT_EQ(names[3], "trace_id");
+  EXPECT_EQ(values[3], std::optional<std::string>("t-1"));
+  EXPECT_EQ(values[4], std::optional<std::string>(""));
+  EXPECT_EQ(values[5], std::optional<std::string>("1.5"));
+  EXPECT_EQ(values[6], std::optional<std::string>("true"));
+  EXPECT_EQ(names[7], "none");
+  EXPECT_EQ(values[7], std::nullopt) << "a JSON null must be a header without a value";
+  EXPECT_EQ(values[0], std::optional<std::string>("0190a0c4-7d2e-7000-8000-000000000001"));
+  EXPECT_EQ(values[8],
+            std::optional<std::string>("lsn=0/1000000;ordinal=0;xid=700;"
+                                       "commit_time_us=946684800000000;source=public.outbox"));
 }
 
 // outbox.headers renames what the relay writes (Debezium's consumers read the event id
