@@ -41,48 +41,28 @@ Result<uint64_t> OutboxJanitor::RunOnce() {
       total += n;
       deleted_.fetch_add(n, std::memory_order_relaxed);
       if (n < static_cast<uint64_t>(options_.batch_rows)) break;
-      {  // the rate bound; a stop ends the wait
-        std::unique_lock lock(stop_mu_);
-        if (stop_cv_.wait_until(lock, started + pause, [this] { return stop_; })) return total;
-      }
+      if (!periodic_.SleepUntil(started + pause)) return total;  // the rate bound; stopped
     }
   }
   return total;
 }
 
 void OutboxJanitor::Start() {
-  if (thread_.joinable() || options_.retention.count() <= 0) return;
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = false;
-  }
-  thread_ = std::thread([this] { Run(); });
+  if (options_.retention.count() <= 0) return;
+  periodic_.Start(options_.interval, [this] { Round(); });
 }
 
-void OutboxJanitor::Stop() {
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void OutboxJanitor::Stop() { periodic_.Stop(); }
 
-void OutboxJanitor::Run() {
-  std::unique_lock lock(stop_mu_);
-  while (!stop_) {
-    lock.unlock();
-    Result<uint64_t> n = RunOnce();
-    if (!n.ok()) {
-      failures_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("outbox janitor: {} (nothing is lost: rows stay until a later round)",
-                   n.status().ToString());
-    } else if (*n > 0) {
-      spdlog::debug("outbox janitor: deleted {} delivered rows older than {} ms", *n,
-                    options_.retention.count());
-    }
-    lock.lock();
-    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+void OutboxJanitor::Round() {
+  Result<uint64_t> n = RunOnce();
+  if (!n.ok()) {
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("outbox janitor: {} (nothing is lost: rows stay until a later round)",
+                 n.status().ToString());
+  } else if (*n > 0) {
+    spdlog::debug("outbox janitor: deleted {} delivered rows older than {} ms", *n,
+                  options_.retention.count());
   }
 }
 

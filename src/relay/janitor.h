@@ -20,14 +20,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/status.h"
+#include "src/relay/periodic.h"
 
 namespace walrelay::relay {
 
@@ -64,15 +62,12 @@ class OutboxJanitor {
   std::string BatchSql(const std::string& table) const;
 
  private:
-  void Run();
+  void Round();
 
   const JanitorOptions options_;
   std::atomic<uint64_t> deleted_{0};
   std::atomic<uint64_t> failures_{0};
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  PeriodicThread periodic_;
 };
 
 }  // namespace walrelay::relay

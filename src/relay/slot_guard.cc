@@ -376,32 +376,10 @@ Result<SlotState> SlotGuard::Poll() {
 }
 
 void SlotGuard::Start() {
-  if (thread_.joinable()) return;
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = false;
-  }
-  thread_ = std::thread([this] { Run(); });
+  periodic_.Start(options_.interval, [this] { Poll().status().IgnoreError(); });  // logged inside
 }
 
-void SlotGuard::Stop() {
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void SlotGuard::Run() {
-  std::unique_lock lock(stop_mu_);
-  while (!stop_) {
-    lock.unlock();
-    Poll().status().IgnoreError();  // logged and counted inside
-    lock.lock();
-    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
-  }
-}
+void SlotGuard::Stop() { periodic_.Stop(); }
 
 // ---------------------------------------------------------------------------- startup
 

@@ -38,6 +38,7 @@
 #include "base/status.h"
 #include "slot/slot_admin.h"
 #include "src/metrics/registry.h"
+#include "src/relay/periodic.h"
 #include "src/relay/config.h"
 
 namespace walrelay::relay {
@@ -144,7 +145,6 @@ class SlotGuard {
 
  private:
   void Export(const Snapshot& snap);
-  void Run();
 
   SlotGuardOptions options_;
   std::atomic<SlotState> state_{SlotState::kOk};
@@ -158,10 +158,7 @@ class SlotGuard {
   std::optional<Snapshot> last_;
   Status last_error_;
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  PeriodicThread periodic_;
 
   // Metrics (null without a registry).
   metrics::Gauge* retained_ = nullptr;
