@@ -50,6 +50,13 @@ Status CheckEnforced(const std::string& name, const std::string& value) {
           "kafka property {} must be 1..{} (per-key order with idempotence)", name, kMaxInFlight));
     }
   }
+  if (name == "partitioner" && value != "murmur2_random") {
+    return InvalidArgumentError(fmt::format(
+        "kafka property partitioner={} is not allowed: walrelay partitions keys as the Java "
+        "client does (murmur2_random), so an aggregate's events land in the partition Java "
+        "producers and consumers (and a Debezium connector before) expect",
+        value));
+  }
   if ((name == "message.timeout.ms" || name == "delivery.timeout.ms") && value != "0") {
     return InvalidArgumentError(fmt::format(
         "kafka property {}={} is not allowed: walrelay never lets a record time out (it must "
@@ -295,6 +302,8 @@ Status Producer::CheckTopic(std::string_view topic, std::chrono::milliseconds ti
                     : StatusCode::kUnavailable,
                 fmt::format("kafka topic {}: {}", topic, KafkaErrorText(err)));
 }
+
+int32_t DeliveredRecord::partition() const { return message_->partition; }
 
 std::string_view DeliveredRecord::topic() const {
   return message_->rkt != nullptr ? std::string_view(rd_kafka_topic_name(message_->rkt))

@@ -75,6 +75,7 @@ class DeliveredRecord {
  public:
   explicit DeliveredRecord(const rd_kafka_message_s* message) : message_(message) {}
   std::string_view topic() const;
+  int32_t partition() const;  // the partition the record went to (or was meant for)
   std::string_view key() const;
   std::string_view value() const;
   // Microseconds from Produce() to this report, or -1 when unknown.

@@ -184,6 +184,48 @@ TEST_F(ProducerTest, LibrdkafkaLogLinesNeverCarryASecretValue) {
   EXPECT_EQ(MaskSecrets("x hunter2-sasl-secret y"), "x ******** y");
 }
 
+// Keys land where the Java client puts them (issue 18, item 7): murmur2 values from Apache
+// Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils), and
+// the partition toPositive(murmur2(key)) % partitions of its default partitioner. The
+// partitioner cannot be overridden.
+TEST_F(ProducerTest, KeysArePartitionedLikeTheJavaClient) {
+  constexpr int kPartitions = 12;
+  ASSERT_TRUE(cluster_->CreateTopic("java.keys", kPartitions, 1).ok());
+  const std::vector<std::pair<std::string, int32_t>> kafka_vectors = {
+      {"21", -973932308},
+      {"foobar", -790332482},
+      {"a-little-bit-long-string", -985981536},
+      {"a-little-bit-longer-string", -1486304829},
+      {"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971},
+      {"abc", 479470107},
+  };
+  std::map<uint64_t, int32_t> partition_of;
+  ProducerOptions options;
+  options.properties = {{"bootstrap.servers", cluster_->bootstraps()}};
+  auto producer = Producer::Create(
+      options, [&](uint64_t cookie, const Status& st, const DeliveredRecord& record) {
+        EXPECT_TRUE(st.ok()) << st.ToString();
+        partition_of[cookie] = record.partition();
+      });
+  ASSERT_TRUE(producer.ok()) << producer.status().ToString();
+  for (size_t i = 0; i < kafka_vectors.size(); ++i) {
+    ASSERT_TRUE((*producer)->Produce("java.keys", kafka_vectors[i].first, "v", {}, i).ok());
+  }
+  ASSERT_TRUE((*producer)->Flush(30s).ok());
+  ASSERT_EQ(partition_of.size(), kafka_vectors.size());
+  for (size_t i = 0; i < kafka_vectors.size(); ++i) {
+    const int32_t java = static_cast<int32_t>(
+        (static_cast<uint32_t>(kafka_vectors[i].second) & 0x7fffffffu) % kPartitions);
+    EXPECT_EQ(partition_of[i], java) << "key " << kafka_vectors[i].first;
+  }
+  ProducerOptions other;
+  other.properties = {{"bootstrap.servers", cluster_->bootstraps()},
+                      {"partitioner", "consistent_random"}};
+  auto refused = Producer::Create(other, reports_.Callback());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("as the Java client does"), std::string::npos);
+}
+
 TEST_F(ProducerTest, RefusedPropertyErrorNamesThePropertyNotItsValue) {
   const std::vector<std::pair<std::string, std::string>> secret_props = {
       // Java's JAAS line: unknown to librdkafka.
