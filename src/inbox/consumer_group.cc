@@ -35,8 +35,17 @@ Status InboxConsumer::Impl::Init() {
   if (!handler_) return InvalidArgumentError("inbox: handler required");
   if (opt_.dead_letter_topic.empty()) opt_.dead_letter_topic = opt_.consumer_name + ".dlq";
 
-  // Test-only failpoint, read once (documented in inbox.h and docs/inbox.md).
-  if (const char* fp = std::getenv("WALRELAY_INBOX_FAILPOINT"); fp != nullptr && *fp != '\0') {
+  // Test-only failpoint, read once (documented in inbox.h and docs/inbox.md); compiled in
+  // only with WALRELAY_FAILPOINTS (builds that build the tests).
+  const char* fp = std::getenv("WALRELAY_INBOX_FAILPOINT");
+#ifndef WALRELAY_FAILPOINTS
+  if (fp != nullptr && *fp != '\0') {
+    spdlog::warn("inbox: WALRELAY_INBOX_FAILPOINT is set but ignored: failpoints are compiled "
+                 "only into test builds");
+  }
+  fp = nullptr;
+#endif
+  if (fp != nullptr && *fp != '\0') {
     std::string_view v(fp);
     constexpr std::string_view kPrefix = "crash_after_db_commit:";
     int64_t n = 0;

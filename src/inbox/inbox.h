@@ -276,7 +276,8 @@ class InboxConsumer {
   // inbox retention is too short). Does not subscribe yet. `handler` is called from
   // worker threads until Run() returns.
   //
-  // Test-only failpoint: WALRELAY_INBOX_FAILPOINT=crash_after_db_commit:N (read here, once)
+  // Test-only failpoint, compiled in only when the tests are built (CMake
+  // WALRELAY_FAILPOINTS): WALRELAY_INBOX_FAILPOINT=crash_after_db_commit:N (read here, once)
   // makes the process SIGKILL itself right after the database COMMIT that brings the
   // number of committed messages to N or past it, before their offsets are stored: the
   // crash window between the two commits.
