@@ -57,9 +57,20 @@ if command -v systemd-analyze >/dev/null; then
 fi
 
 step "benchmark smoke runs"
+# Each program must finish in 10 minutes and no benchmark may end in SkipWithError (a
+# benchmark that could not run is a failure, not a smaller table).
 for b in $(find "$BUILD_ROOT/main/bench" -type f -name '*_bench' -perm -u+x | sort); do
   echo "--- $b"
-  "$b" --benchmark_min_time=0.01 >/dev/null
+  report="$BUILD_ROOT/$(basename "$b")-smoke.json"
+  timeout 600 "$b" --benchmark_min_time=0.01 --benchmark_out="$report" \
+    --benchmark_out_format=json >/dev/null
+  python3 - "$report" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+bad = [f'{r["name"]}: {r.get("error_message", "")}' for r in runs if r.get("error_occurred")]
+if bad or not runs:
+    sys.exit("benchmark smoke run failed: " + ("; ".join(bad) if bad else "no benchmark ran"))
+PY
 done
 
 step "ASan+UBSan build and unit tests ($BUILD_ROOT/asan)"
