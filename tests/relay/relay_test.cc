@@ -334,6 +334,32 @@ TEST_F(RelayTest, JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded) {
             std::string::npos);
 }
 
+// Issue 18, item 4: only INSERTs publish. UPDATE, DELETE and TRUNCATE of outbox rows, and
+// a dead-lettered row, put nothing in Kafka: read to the end offsets, the topic holds
+// exactly the published inserts, and the skips are counted.
+TEST_F(RelayTest, OnlyInsertsPublishReadToTheEndOffsets) {
+  StartRelay();
+  WriteEvents(0, 2, 10);  // 20 inserts
+  ASSERT_TRUE(pg_->Exec("UPDATE outbox SET payload = '{\"changed\": true}' WHERE id % 2 = 0").ok());
+  ASSERT_TRUE(pg_->Exec("DELETE FROM outbox WHERE id % 3 = 0").ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'x', 'bad topic!', 'Dead', '{}')")
+                  .ok());  // dead-lettered
+  ASSERT_TRUE(pg_->Exec("TRUNCATE outbox").ok());
+  WriteEvents(100, 1, 5);  // 5 more inserts after the truncate
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions), 25);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 1u);
+  EXPECT_EQ(relay_->stats().skipped_updates.load(), 10u);
+  EXPECT_GE(relay_->stats().skipped_deletes.load(), 6u);
+  EXPECT_GE(relay_->stats().skipped_truncates.load(), 1u);
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, 25, 20s);
+  ASSERT_EQ(records.size(), 25u);
+  for (const auto& r : records) {
+    EXPECT_EQ(r.value.find("changed"), std::string::npos) << "an UPDATE was published";
+  }
+}
+
 TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   StartRelay();
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
