@@ -90,6 +90,22 @@ inline constexpr MetricName kJanitorDeleted{
 inline constexpr MetricName kJanitorFailures{
     "walrelay_outbox_janitor_failures_total",
     "Janitor rounds that failed (logged; the rows stay until a later round)."};
+// Table health (table_health.h), label table=<schema.table>.
+inline constexpr MetricName kTableLiveRows{"walrelay_table_live_rows",
+                                           "Live tuples of the table (pg_stat_user_tables)."};
+inline constexpr MetricName kTableDeadRows{
+    "walrelay_table_dead_rows", "Dead tuples of the table, not yet vacuumed (pg_stat_user_tables)."};
+inline constexpr MetricName kTableSecondsSinceVacuum{
+    "walrelay_table_seconds_since_vacuum",
+    "Seconds since the table's last vacuum or autovacuum; -1 when it never ran."};
+inline constexpr MetricName kTableSecondsSinceAnalyze{
+    "walrelay_table_seconds_since_analyze",
+    "Seconds since the table's last analyze or autoanalyze; -1 when it never ran."};
+inline constexpr MetricName kTableSizeBytes{
+    "walrelay_table_size_bytes", "Total size of the table with its indexes and TOAST."};
+inline constexpr MetricName kTableInvalidIndexes{
+    "walrelay_table_invalid_indexes",
+    "Invalid indexes of the table (a failed CREATE INDEX CONCURRENTLY): drop and rebuild them."};
 inline constexpr MetricName kSlotRecoveries{
     "walrelay_slot_recoveries_total",
     "Times the slot was found lost or missing and recreated, re-publishing from the outbox."};

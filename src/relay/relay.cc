@@ -19,6 +19,7 @@
 #include "src/relay/pipeline.h"
 #include "src/relay/janitor.h"
 #include "src/relay/plugin_options.h"
+#include "src/relay/table_health.h"
 #include "src/relay/progress.h"
 #include "src/relay/recovery.h"
 #include "src/relay/schema.h"
@@ -40,6 +41,7 @@ struct Relay::Observability {
   metrics::Histogram* commit_to_ack_latency = nullptr;
   std::unique_ptr<SlotGuard> guard;
   std::unique_ptr<OutboxJanitor> janitor;  // null when outbox.retention_ms is 0
+  std::unique_ptr<TableHealthMonitor> table_health;
   std::unique_ptr<metrics::MetricsServer> server;
 };
 
@@ -266,6 +268,7 @@ Status Relay::Session::Start() {
   if (!relay_.guard_started_) {  // now that the slot exists
     relay_.obs_->guard->Start();
     if (relay_.obs_->janitor) relay_.obs_->janitor->Start();
+    relay_.obs_->table_health->Start();
     relay_.guard_started_ = true;
   }
   spdlog::info("streaming slot {} (publication {}), status every {} ms", config_.slot,
@@ -447,6 +450,12 @@ Status Relay::StartObservability() {
   gopts.interval = config_.guard_interval;
   gopts.registry = &r;
   obs_->guard = std::make_unique<SlotGuard>(std::move(gopts));  // started with streaming
+  {
+    std::vector<std::string> health_tables = config_.tables;
+    health_tables.push_back(config_.dead_letter_table);
+    obs_->table_health = std::make_unique<TableHealthMonitor>(
+        config_.SourceConninfo(), std::move(health_tables), config_.guard_interval, &r);
+  }
   if (config_.outbox_retention.count() > 0) {
     JanitorOptions jopts;
     jopts.conninfo = config_.SourceConninfo();
@@ -591,6 +600,7 @@ Status Relay::Run() {
   }
   obs_->guard->Stop();
   if (obs_->janitor) obs_->janitor->Stop();
+  obs_->table_health->Stop();
   if (obs_->server) obs_->server->Stop();
   return result;
 }

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <thread>
 
 #include "src/metrics/registry.h"
 #include "src/relay/metric_names.h"
+#include "src/relay/table_health.h"
 #include "tests/support/pg_cluster.h"
 
 namespace walrelay::relay {
@@ -215,6 +217,40 @@ TEST_F(SlotGuardTest, UnreadSlotCrossesWarnThenCriticalWithMetrics) {
   st = guard.Poll();
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(*st, SlotState::kMissing);
+}
+
+// Issue 14: table health reads real values: the dead tuples a DELETE left (autovacuum off
+// for the table, so they stay), and an invalid index left by a failed CREATE INDEX
+// CONCURRENTLY; exported as gauges labelled with the table.
+TEST_F(SlotGuardTest, TableHealthReadsDeadTuplesAndInvalidIndexes) {
+  using namespace std::chrono_literals;
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE TABLE health (id int, v int) WITH (autovacuum_enabled = false);"
+                         "INSERT INTO health SELECT g, g % 10 FROM generate_series(1, 1000) g;"
+                         "DELETE FROM health WHERE id <= 400;")
+                  .ok());
+  // Fails on the duplicate values of v and leaves the index behind, invalid.
+  EXPECT_FALSE(cluster_->Exec("CREATE UNIQUE INDEX CONCURRENTLY health_v ON health (v)").ok());
+  metrics::Registry registry;
+  TableHealthMonitor monitor(cluster_->conninfo(), {"public.health", "public.missing"}, 1s,
+                             &registry);
+  std::string text;
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(100ms)) {
+    ASSERT_TRUE(monitor.Poll().ok());
+    text = registry.Render();
+    // The server's statistics arrive a moment after the statements.
+    if (text.find("walrelay_table_dead_rows{table=\"health\"} 400") != std::string::npos) break;
+  }
+  EXPECT_NE(text.find("walrelay_table_dead_rows{table=\"health\"} 400"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("walrelay_table_live_rows{table=\"health\"} 600"), std::string::npos);
+  EXPECT_NE(text.find("walrelay_table_invalid_indexes{table=\"health\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("walrelay_table_seconds_since_vacuum{table=\"health\"} -1"),
+            std::string::npos);
+  EXPECT_EQ(text.find("missing"), std::string::npos) << "a table that does not exist is skipped";
+  auto rows = ReadTableHealth(nullptr, {});
+  EXPECT_TRUE(rows.ok() && rows->empty());
 }
 
 TEST_F(SlotGuardTest, ThreadPollsAndStops) {

@@ -1,0 +1,61 @@
+// TableHealth: what the outbox and dead-letter tables look like to PostgreSQL, exported as
+// metrics for the dashboard and the alerts (issue 14): live and dead tuples
+// (pg_stat_user_tables), seconds since the last (auto)vacuum and (auto)analyze, total size
+// with indexes and TOAST, and invalid indexes (a failed CREATE INDEX CONCURRENTLY leaves
+// one that every write still maintains). Polled on its own connection and thread every
+// `interval` (the slot guard's); a failed poll is logged once per failure streak and the
+// previous values stay. Gauges carry the label table=<schema.table>.
+//
+// Not yet: partition counts and ages, the age of the oldest row and of the oldest
+// unconfirmed row (a min(created_at) needs an index to be cheap), the inbox tables.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "slot/pg_error.h"
+#include "src/metrics/registry.h"
+#include "src/relay/periodic.h"
+
+namespace walrelay::relay {
+
+struct TableHealthRow {
+  std::string table;  // as the server names it (regclass text)
+  int64_t live_rows = 0, dead_rows = 0;
+  std::optional<double> seconds_since_vacuum, seconds_since_analyze;  // nullopt: never
+  int64_t total_bytes = 0;
+  int64_t invalid_indexes = 0;
+};
+
+// One row per table of `tables` that exists (names as SQL text, base/sql.h).
+Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
+                                                    const std::vector<std::string>& tables);
+
+class TableHealthMonitor {
+ public:
+  TableHealthMonitor(std::string conninfo, std::vector<std::string> tables,
+                     std::chrono::milliseconds interval, metrics::Registry* registry)
+      : conninfo_(std::move(conninfo)), tables_(std::move(tables)), interval_(interval),
+        registry_(registry) {}
+  ~TableHealthMonitor() { Stop(); }
+  void Start() {
+    periodic_.Start(interval_, [this] { Poll().IgnoreError(); });
+  }
+  void Stop() { periodic_.Stop(); }
+  // One poll: reads and sets the gauges. (The thread calls it; exposed for tests.)
+  Status Poll();
+
+ private:
+  const std::string conninfo_;
+  const std::vector<std::string> tables_;
+  const std::chrono::milliseconds interval_;
+  metrics::Registry* const registry_;
+  slot::PgConnPtr conn_;
+  bool failing_ = false;
+  PeriodicThread periodic_;
+};
+
+}  // namespace walrelay::relay
