@@ -13,7 +13,9 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <csignal>
+#include <thread>
 #include <iostream>
 
 #include "base/json.h"
@@ -22,6 +24,7 @@
 #include "src/cli/log_format.h"
 #include "src/cli/options.h"
 #include "src/cli/record.h"
+#include "src/cli/sd_notify.h"
 #include "src/cli/setup.h"
 #include "src/relay/redrive.h"
 #include "src/relay/relay.h"
@@ -50,7 +53,48 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // systemd (Type=notify): readiness, status and a watchdog fed by the relay's loops.
+  std::atomic<bool> done{false};
+  std::thread notifier;
+  if (auto sd = walrelay::cli::SystemdNotifier::FromEnvironment()) {
+    notifier = std::thread([&relay, &done, &config, sd = std::move(sd)] {
+      const auto watchdog = sd->watchdog_interval();
+      const auto pet_every = watchdog.count() > 0
+                                 ? std::chrono::duration_cast<std::chrono::milliseconds>(watchdog / 2)
+                                 : std::chrono::milliseconds(0);
+      auto next_pet = std::chrono::steady_clock::now();
+      uint64_t ticks_at_pet = relay.stats().loop_ticks.load();
+      std::string status;
+      bool ready = false;
+      while (!done.load()) {
+        const bool streaming = relay.stats().streaming.load() == 1;
+        const bool standby = relay.stats().standby.load() == 1;
+        const std::string now =
+            streaming ? "streaming slot " + config.slot
+            : standby ? "standby: slot " + config.slot + " is read by process " +
+                            std::to_string(relay.stats().standby_for.load())
+                      : "connecting (the log says why not streaming)";
+        if (now != status || ((streaming || standby) && !ready)) {
+          const bool first_ready = (streaming || standby) && !ready;
+          sd->Send(std::string(first_ready ? "READY=1\nSTATUS=" : "STATUS=") + now);
+          ready = ready || first_ready;
+          status = now;
+        }
+        if (pet_every.count() > 0 && std::chrono::steady_clock::now() >= next_pet) {
+          // Only while the relay's loops advance: a stuck relay is restarted by systemd.
+          const uint64_t ticks = relay.stats().loop_ticks.load();
+          if (ticks != ticks_at_pet) sd->Send("WATCHDOG=1");
+          ticks_at_pet = ticks;
+          next_pet = std::chrono::steady_clock::now() + pet_every;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      sd->Send("STOPPING=1");
+    });
+  }
   walrelay::Status st = relay.Run();
+  done.store(true);
+  if (notifier.joinable()) notifier.join();
   g_relay = nullptr;
   if (!st.ok()) {
     const int code = walrelay::cli::ExitCodeFor(st);

@@ -329,6 +329,7 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
 
 // Runs about every 100 ms on the pipeline's thread: heartbeats and progress saving.
 Status Relay::Session::Tick() {
+  stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
   if (config_.heartbeat_interval.count() > 0) WALRELAY_RETURN_IF_ERROR(Heartbeat());
   if (Clock::now() >= next_candidate_) WALRELAY_RETURN_IF_ERROR(TakeCandidate());
   if (Clock::now() >= next_progress_save_) WALRELAY_RETURN_IF_ERROR(SaveProgress());
@@ -579,6 +580,7 @@ Status Relay::Run() {
       milliseconds delay(std::uniform_int_distribution<int64_t>(base * 4 / 5, base * 6 / 5)(rng));
       for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
         std::this_thread::sleep_for(milliseconds(20));
+        stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
       }
       continue;
     }
@@ -596,6 +598,7 @@ Status Relay::Run() {
     backoff = std::min(backoff * 2, config_.reconnect_max);
     for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
       std::this_thread::sleep_for(milliseconds(20));
+      stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
     }
   }
   obs_->guard->Stop();

@@ -28,6 +28,9 @@ struct RelayStats {
   std::atomic<uint64_t> received_lsn{0};          // gauge: last position received
   std::atomic<uint64_t> server_wal_end{0};        // gauge: server's WAL end (keepalive)
   std::atomic<int> streaming{0};                  // gauge: 1 while a session streams
+  // Liveness: advanced by the relay's loops (the session's tick, about every 100 ms, and
+  // every wait between sessions); a watchdog (systemd's) sees a stuck relay by it.
+  std::atomic<uint64_t> loop_ticks{0};
   std::atomic<int> standby{0};      // gauge: 1 while another process holds the slot
   std::atomic<int> standby_for{0};  // the PID holding it (while standby), 0 if unknown
   std::atomic<uint64_t> heartbeats{0};            // heartbeat messages seen in the stream

@@ -9,9 +9,12 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -307,6 +310,44 @@ TEST_F(RelayProcessTest, StandbyTakesOverAfterKillNineAndLosesNothing) {
   EXPECT_LE(duplicates, static_cast<size_t>(kInFlightCap + 100));
   standby->Signal(SIGTERM);
   EXPECT_EQ(standby->Wait(30s), 0) << standby->LogTail();
+}
+
+// Issue 13, systemd: under Type=notify the relay says READY=1 (with STATUS=streaming ...)
+// once it streams, pets the watchdog (WATCHDOG=1) within WATCHDOG_USEC while its loops
+// advance, and says STOPPING=1 on SIGTERM.
+TEST_F(RelayProcessTest, NotifiesSystemdReadinessWatchdogAndStopping) {
+  const std::string path = pg_->socket_dir() + "/notify.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  auto relay = Subprocess::Start(
+      {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+       kafka_->bootstraps(), "--flow-status-interval-ms", "100"},
+      log_, {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=400000"});
+  ASSERT_TRUE(relay.ok());
+  std::string received;
+  auto read_until = [&](std::string_view wanted, std::chrono::milliseconds timeout) {
+    for (auto until = std::chrono::steady_clock::now() + timeout;
+         std::chrono::steady_clock::now() < until;) {
+      if (received.find(wanted) != std::string::npos) return true;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1) {
+        char buf[512];
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n > 0) received.append(buf, static_cast<size_t>(n)).append("|");
+      }
+    }
+    return received.find(wanted) != std::string::npos;
+  };
+  EXPECT_TRUE(read_until("READY=1\nSTATUS=streaming slot walrelay", 30s)) << received;
+  EXPECT_TRUE(read_until("WATCHDOG=1", 5s)) << received;
+  relay->Signal(SIGTERM);
+  EXPECT_TRUE(read_until("STOPPING=1", 30s)) << received;
+  EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
+  ::close(fd);
 }
 
 TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactions) {
