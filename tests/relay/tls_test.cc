@@ -150,6 +150,30 @@ TEST_F(TlsTest, AnotherCaOrNoTlsIsRefusedWithTheReason) {
   std::string log = ReadAll(log_);
   EXPECT_NE(log.find("certificate verify failed"), std::string::npos) << log;
 
+  // The relay itself refuses it too: it never streams, and says why (it retries, as it
+  // does for any connection failure, until stopped).
+  ::unlink(log_.c_str());
+  auto kc = kafka::MockCluster::Create(1);
+  ASSERT_TRUE(kc.ok());
+  auto relay = Subprocess::Start(
+      {WALRELAY_BINARY, "run", "--source-dsn",
+       Dsn("sslmode=verify-full sslrootcert=" + dir_ + "/other.crt"), "--source-password-file",
+       password_file_, "--kafka-bootstrap-servers", (*kc)->bootstraps()},
+      log_);
+  ASSERT_TRUE(relay.ok());
+  for (int i = 0; i < 600; ++i) {
+    log = ReadAll(log_);
+    if (log.find("certificate verify failed") != std::string::npos || !relay->running()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_NE(log.find("certificate verify failed"), std::string::npos) << relay->LogTail();
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_stat_replication"), "0");
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  if (relay->running()) relay->Signal(SIGTERM);
+  const std::optional<int> code = relay->Wait(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(ReadAll(log_).find("tls-SECRET-pw"), std::string::npos);
+
   // Without TLS the server has no entry for the connection.
   ::unlink(log_.c_str());
   auto plain = Subprocess::Start(
