@@ -67,10 +67,12 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
       std::string status;
       bool ready = false;
       while (!done.load()) {
-        const bool streaming = relay.stats().streaming.load() == 1;
+        const bool polling = relay.stats().polling.load() == 1;
+        const bool streaming = relay.stats().streaming.load() == 1 || polling;
         const bool standby = relay.stats().standby.load() == 1;
         const std::string now =
-            streaming ? "streaming slot " + config.slot
+            polling     ? std::string("polling the outbox tables")
+            : streaming ? "streaming slot " + config.slot
             : standby ? "standby: slot " + config.slot + " is read by process " +
                             std::to_string(relay.stats().standby_for.load())
                       : "connecting (the log says why not streaming)";

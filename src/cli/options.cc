@@ -256,6 +256,34 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "the prefix outbox::AppendMessage writes; while off, such messages are "
                   "dead-lettered with the reason.",
                   &RelayConfig::message_prefix));
+  o.push_back(Choice("source.mode",
+                     "Where events come from: wal (the logical slot, in commit order; the "
+                     "default) or poll (SELECT ... FOR UPDATE SKIP LOCKED on the outbox tables "
+                     "for databases without a slot; needs `walrelay setup --source-mode poll`; "
+                     "same records, headers, dead letters and metrics).",
+                     &RelayConfig::source_mode,
+                     {{"wal", relay::SourceMode::kWal}, {"poll", relay::SourceMode::kPoll}}));
+  o.push_back(Int("poll.batch_rows",
+                  "Poll mode: rows per polling transaction (1-10000; 50-200 is the usual range).",
+                  &RelayConfig::poll_batch_rows));
+  o.push_back(Millis("poll.interval_ms",
+                     "Poll mode: pause after a poll that found no row to publish.",
+                     &RelayConfig::poll_interval));
+  o.push_back(Int("poll.max_attempts",
+                  "Poll mode: failed publishes of a row (its topic missing or not writable) "
+                  "before it is dead-lettered; attempts are kafka.topic_error_timeout_ms / this "
+                  "apart.",
+                  &RelayConfig::poll_max_attempts));
+  o.push_back(Str("poll.shard",
+                  "Poll mode: this replica's share of the aggregates as I/N (0/3, 1/3, 2/3 for "
+                  "three replicas); empty = all. Several replicas must be sharded to keep "
+                  "per-aggregate order.",
+                  &RelayConfig::poll_shard));
+  o.push_back(Bool("poll.wait_for_older_transactions",
+                   "Poll mode: publish a row only after every older transaction ended, so a "
+                   "transaction that took a smaller id and commits later is not overtaken "
+                   "(per-aggregate order); a long-open writing transaction delays publishing.",
+                   &RelayConfig::poll_wait_for_older_transactions));
   {
     OptionSpec s{"outbox.profile",
                  OptionKind::kString,

@@ -21,6 +21,14 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   }
   sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
   sql.push_back(relay::DeadLetterTableUpgradeSql(QuoteQualifiedName(config.dead_letter_table)));
+  if (config.source_mode == relay::SourceMode::kPoll) {
+    // No publication, no slot: the polling publisher's columns and index instead.
+    for (const auto& t : config.tables) {
+      sql.push_back(relay::PollColumnsSql(t));
+      sql.push_back(relay::PollIndexSql(t, config.columns.id));
+    }
+    return sql;
+  }
   sql.push_back(relay::ProgressTableDdl(QuoteQualifiedName(config.progress_table)));
   sql.push_back(relay::ProgressTableUpgradeSql(QuoteQualifiedName(config.progress_table)));
   if (!config.tables.empty()) {
@@ -51,10 +59,11 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     return Status::Ok();
   }
   const std::string conninfo = config.SourceConninfo();
+  const bool poll = config.source_mode == relay::SourceMode::kPoll;
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());
-  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
-  if (settings.max_slot_wal_keep_size_bytes < 0) {
+  if (!poll) WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
+  if (!poll && settings.max_slot_wal_keep_size_bytes < 0) {
     std::cerr << "warning: max_slot_wal_keep_size = -1 (unlimited): if walrelay stops reading "
                  "the slot, PostgreSQL keeps WAL until the disk is full. Set a bound, e.g. "
                  "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf(); and "
@@ -67,6 +76,12 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
     std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")
               << "\n";
+  }
+  if (poll) {
+    std::cerr << "setup complete for poll mode (no publication, no slot), tables";
+    for (const auto& t : config.tables) std::cerr << " " << t;
+    std::cerr << "\n";
+    return Status::Ok();
   }
   WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables).status());
   std::cerr << "setup complete: publication " << config.publication << ", slot " << config.slot

@@ -3,6 +3,7 @@
 #include "slot/pg_error.h"
 
 #include "base/sql.h"
+#include "src/relay/poller.h"
 #include "src/relay/slot_guard.h"
 
 namespace walrelay::relay {
@@ -73,6 +74,32 @@ Status RelayConfig::Validate() const {
   }
   if (slot.empty() || publication.empty()) {
     return InvalidArgumentError("--source-slot and --source-publication must not be empty");
+  }
+  if (source_mode == SourceMode::kPoll) {
+    if (tables.empty()) {
+      return InvalidArgumentError(
+          "--source-mode poll reads outbox tables: give at least one --source-table");
+    }
+    if (!message_prefix.empty()) {
+      return InvalidArgumentError(
+          "--source-message-prefix with --source-mode poll: table-less events "
+          "(pg_logical_emit_message) exist only in the WAL, a poller never sees them. Write "
+          "events to an outbox table, or use --source-mode wal");
+    }
+    if (columns.id.empty()) {
+      return InvalidArgumentError(
+          "--source-mode poll orders rows by an integer id column (outbox.columns id=...), and "
+          "none is configured (the debezium profile's id is a uuid, which orders nothing): add "
+          "a bigint identity column and name it");
+    }
+    if (poll_batch_rows < 1 || poll_batch_rows > 10000) {
+      return InvalidArgumentError("--poll-batch-rows " + std::to_string(poll_batch_rows) +
+                                  ": expected 1..10000 (50-200 is the usual range)");
+    }
+    if (poll_max_attempts < 1) {
+      return InvalidArgumentError("--poll-max-attempts must be at least 1");
+    }
+    if (auto shard = ParsePollShard(poll_shard); !shard.ok()) return shard.status();
   }
   if (tables.empty() && message_prefix.empty()) {
     return InvalidArgumentError(

@@ -63,6 +63,12 @@ enum class TextFormat {
                 // JsonConverter with schemas.enable=false, Debezium's usual default)
 };
 
+// Where `walrelay run` reads outbox events from.
+enum class SourceMode {
+  kWal,   // the logical slot (default): commit order, no writes to the outbox
+  kPoll,  // polling the outbox tables for rows not yet published (poller.h): no slot needed
+};
+
 struct RelayConfig;
 // Sets the defaults of an outbox profile on `config` (before any other option applies):
 // "walrelay" changes nothing; "debezium" gives what Debezium's PostgreSQL connector with
@@ -90,6 +96,17 @@ struct RelayConfig {
   // outbox::AppendMessage uses; while off, messages with it are dead-lettered with the
   // reason instead of published (never dropped silently).
   std::string message_prefix;
+
+  // --- source mode (poller.h for the polling publisher)
+  SourceMode source_mode = SourceMode::kWal;
+  int64_t poll_batch_rows = 100;                   // rows per polling transaction
+  std::chrono::milliseconds poll_interval{500};    // pause after a poll that found nothing
+  int64_t poll_max_attempts = 5;                   // failed produces before a dead letter
+  // This replica's share of the aggregates: "I/N" (0 <= I < N), empty = all.
+  std::string poll_shard;
+  // Publish a row only once every transaction older than its own has ended (poller.h,
+  // per-aggregate order); off trades that for lower latency under long transactions.
+  bool poll_wait_for_older_transactions = true;
 
   // --- mapping
   // Topic: the row's topic column when present and non-null, else this template;

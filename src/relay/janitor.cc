@@ -10,15 +10,21 @@ namespace walrelay::relay {
 
 std::string OutboxJanitor::BatchSql(const std::string& table) const {
   const std::string t = QuoteQualifiedName(table);
+  const std::string older = QuoteIdentifier(options_.created_at_column) + " < now() - $1::interval";
+  if (options_.poll_mode) {
+    // Poll mode: a row is delivered once the poller marked it (poller.h).
+    return "WITH doomed AS (SELECT ctid FROM " + t + " WHERE " + older +
+           " AND published_at IS NOT NULL LIMIT " + std::to_string(options_.batch_rows) +
+           " FOR UPDATE SKIP LOCKED) DELETE FROM " + t + " WHERE ctid IN (SELECT ctid FROM doomed)";
+  }
   // The bound's xmin as an xid (its low 32 bits); age() compares it with each row's xmin
   // in the server's own 32-bit xid arithmetic. A NULL bound makes the comparison NULL:
   // nothing is deleted.
   return "WITH bound AS (SELECT age((pg_snapshot_xmin(bound_snapshot)::text::bigint % "
          "4294967296)::text::xid) AS age FROM " +
-         QuoteQualifiedName(options_.progress_table) + " WHERE slot = $1 AND source = '*'), "
-         "doomed AS (SELECT ctid FROM " +
-         t + " WHERE " + QuoteIdentifier(options_.created_at_column) +
-         " < now() - $2::interval AND age(xmin) > (SELECT age FROM bound) LIMIT " +
+         QuoteQualifiedName(options_.progress_table) + " WHERE slot = " +
+         QuoteLiteral(options_.slot) + " AND source = '*'), doomed AS (SELECT ctid FROM " + t +
+         " WHERE " + older + " AND age(xmin) > (SELECT age FROM bound) LIMIT " +
          std::to_string(options_.batch_rows) + " FOR UPDATE SKIP LOCKED) DELETE FROM " + t +
          " WHERE ctid IN (SELECT ctid FROM doomed)";
 }
@@ -35,7 +41,7 @@ Result<uint64_t> OutboxJanitor::RunOnce() {
       const auto started = std::chrono::steady_clock::now();
       WALRELAY_ASSIGN_OR_RETURN(
           slot::PgResultPtr r,
-          slot::ExecPg(conn.get(), BatchSql(table), {options_.slot.c_str(), retention.c_str()},
+          slot::ExecPg(conn.get(), BatchSql(table), {retention.c_str()},
                        "outbox janitor: deleting delivered rows of " + table));
       const uint64_t n = std::strtoull(PQcmdTuples(r.get()), nullptr, 10);
       total += n;

@@ -10,7 +10,9 @@
 // janitor deletes exactly rows with age(xmin) > age(bound xmin) AND created_at < now() -
 // retention: never a row that is not confirmed, not even when the relay is behind (the
 // bound then stays behind too), and never one recovery could need. No bound recorded (a
-// slot that never streamed): nothing is deleted.
+// slot that never streamed): nothing is deleted. In poll mode (poller.h) delivered means
+// marked: published_at IS NOT NULL (set only after Kafka acked the row or it was
+// dead-lettered).
 //
 // Each batch is one short statement (at most batch_rows rows, FOR UPDATE SKIP LOCKED so it
 // never waits for a writer), at most batches_per_second of them; it runs on its own
@@ -39,6 +41,8 @@ struct JanitorOptions {
   int batch_rows = 1000;
   int batches_per_second = 10;
   std::chrono::milliseconds interval{10000};  // between rounds once a round found nothing
+  // Poll mode (poller.h): delivered = marked published_at, not preceding the slot's bound.
+  bool poll_mode = false;
 };
 
 class OutboxJanitor {

@@ -64,6 +64,21 @@ inline constexpr MetricName kStreaming{
 inline constexpr MetricName kStandby{
     "walrelay_standby",
     "1 while another process reads the slot and this relay stands by to take over, else 0."};
+// --- poll mode (poller.h)
+inline constexpr MetricName kPolling{"walrelay_polling",
+                                     "1 while a poll-mode session runs, else 0."};
+inline constexpr MetricName kPollRows{"walrelay_poll_rows",
+                                      "Rows read per polling transaction (histogram)."};
+inline constexpr MetricName kPollFailedPublishes{
+    "walrelay_poll_failed_publishes_total",
+    "Rows whose publish failed (topic missing or not writable); retried, then dead-lettered."};
+inline constexpr MetricName kPollBacklogRows{
+    "walrelay_poll_backlog_rows", "Outbox rows not yet published (this replica's shard)."};
+inline constexpr MetricName kPollRetryingRows{
+    "walrelay_poll_retrying_rows", "Unpublished outbox rows that failed at least once."};
+inline constexpr MetricName kPollOldestUnpublished{
+    "walrelay_poll_oldest_unpublished_seconds",
+    "Age (by created_at) of the oldest unpublished outbox row; 0 when there is none."};
 // Histograms (seconds; metrics::DefaultLatencyBuckets()).
 inline constexpr MetricName kProduceLatency{"walrelay_produce_latency_seconds",
                                             "Time from produce() to the Kafka delivery report."};

@@ -91,8 +91,9 @@ Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const Outbox
   return std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
 }
 
-OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea) {
+OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea, int first_column) {
   auto field = [&](int col) -> std::optional<std::string_view> {
+    col += first_column;
     if (PQgetisnull(result, row, col)) return std::nullopt;
     return std::string_view(PQgetvalue(result, row, col), PQgetlength(result, row, col));
   };

@@ -110,7 +110,9 @@ struct RowSelection {
 // \x text, published as bytes); and the OutboxRow of one result row (views into it).
 std::string OutboxRowSelectList(const OutboxColumns& columns);
 Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const OutboxColumns& columns);
-OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea);
+// The seven fields start at column `first_column` of the result.
+OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea,
+                      int first_column = 0);
 
 // The order rows are republished in: the configured id column, or without one (a uuid
 // key: the Debezium profile) the inserting transaction counted from `from_xid` modulo

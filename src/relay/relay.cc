@@ -19,6 +19,7 @@
 #include "src/relay/pipeline.h"
 #include "src/relay/janitor.h"
 #include "src/relay/plugin_options.h"
+#include "src/relay/poller.h"
 #include "src/relay/table_health.h"
 #include "src/relay/progress.h"
 #include "src/relay/recovery.h"
@@ -39,6 +40,7 @@ struct Relay::Observability {
   metrics::Registry registry;
   metrics::Histogram* produce_latency = nullptr;
   metrics::Histogram* commit_to_ack_latency = nullptr;
+  metrics::Histogram* rows_per_poll = nullptr;  // poll mode only
   std::unique_ptr<SlotGuard> guard;
   std::unique_ptr<OutboxJanitor> janitor;  // null when outbox.retention_ms is 0
   std::unique_ptr<TableHealthMonitor> table_health;
@@ -198,13 +200,7 @@ Status Relay::Session::Start() {
   events_at_candidate_ = stats_.events_produced.load() + stats_.events_dead_lettered.load();
 
   // The producer.
-  kafka::ProducerOptions popts;
-  popts.properties.emplace_back("bootstrap.servers", relay_.bootstrap_servers());
-  for (const auto& [k, v] : config_.kafka_properties) popts.properties.emplace_back(k, v);
-  if (relay_.kafka_batch_size_ > 0) {
-    popts.properties.emplace_back("batch.size", std::to_string(relay_.kafka_batch_size_));
-  }
-  WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(std::move(popts)));
+  WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(relay_.ProducerOptions()));
 
   // The replication connection and the slot: existing, new, or recovered.
   // Connect forces replication=database (appending it as text would break a URI DSN).
@@ -384,6 +380,66 @@ Status Relay::Session::Heartbeat() {
 Relay::Relay(RelayConfig config) : config_(std::move(config)) {}
 Relay::~Relay() = default;
 
+kafka::ProducerOptions Relay::ProducerOptions() const {
+  kafka::ProducerOptions popts;
+  popts.properties.emplace_back("bootstrap.servers", bootstrap_servers());
+  for (const auto& [k, v] : config_.kafka_properties) popts.properties.emplace_back(k, v);
+  if (kafka_batch_size_ > 0) {
+    popts.properties.emplace_back("batch.size", std::to_string(kafka_batch_size_));
+  }
+  return popts;
+}
+
+Status Relay::PollSession() {
+  const std::string conninfo = config_.SourceConninfo();
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, nullptr, "poll connection", slot::kRelaySession));
+  WALRELAY_ASSIGN_OR_RETURN(auto dead_letters,
+                            DeadLetterWriter::Open(conninfo, config_.dead_letter_table,
+                                                   "poll:" + config_.slot));
+  WALRELAY_ASSIGN_OR_RETURN(auto sink, KafkaSink::Create(ProducerOptions()));
+  Poller poller(config_, conn.get(), *sink, *dead_letters, stats_, obs_->rows_per_poll,
+                obs_->produce_latency);
+  WALRELAY_RETURN_IF_ERROR(poller.Prepare());
+  struct Polling {
+    RelayStats& stats;
+    ~Polling() { stats.polling.store(0); }
+  } polling{stats_};
+  stats_.polling.store(1);
+  if (!guard_started_) {
+    if (obs_->janitor) obs_->janitor->Start();
+    obs_->table_health->Start();
+    guard_started_ = true;
+  }
+  spdlog::info("polling {} every {} ms when idle, {} rows per transaction{}",
+               [&] {
+                 std::string t;
+                 for (const auto& name : config_.tables) t += (t.empty() ? "" : ", ") + name;
+                 return t;
+               }(),
+               config_.poll_interval.count(), config_.poll_batch_rows,
+               config_.poll_shard.empty() ? "" : ", shard " + config_.poll_shard);
+  Clock::time_point next_backlog = Clock::now();
+  while (!stop_.load()) {
+    if (Clock::now() >= next_backlog) {
+      next_backlog = Clock::now() + std::min(config_.guard_interval, milliseconds(5000));
+      WALRELAY_ASSIGN_OR_RETURN(PollBacklog backlog, poller.ReadBacklog());
+      stats_.poll_backlog_rows.store(backlog.rows);
+      stats_.poll_retrying_rows.store(backlog.retrying_rows);
+      stats_.poll_oldest_age_ms.store(static_cast<int64_t>(backlog.oldest_age_seconds * 1000));
+    }
+    WALRELAY_ASSIGN_OR_RETURN(uint64_t handled, poller.PollOnce(stop_));
+    stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+    if (handled != 0) continue;
+    for (auto until = Clock::now() + config_.poll_interval; Clock::now() < until && !stop_.load();) {
+      std::this_thread::sleep_for(milliseconds(std::min<int64_t>(20, config_.poll_interval.count())));
+      stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return Status::Ok();
+}
+
 std::string Relay::bootstrap_servers() const {
   if (embedded_) return embedded_->cluster->bootstraps();
   return config_.bootstrap_servers;
@@ -438,6 +494,16 @@ Status Relay::StartObservability() {
   });
   obs_->produce_latency = &r.AddHistogram(mn::kProduceLatency.name, mn::kProduceLatency.help,
                                           metrics::DefaultLatencyBuckets());
+  if (config_.source_mode == SourceMode::kPoll) {
+    gauge(mn::kPolling, stats_.polling);
+    counter(mn::kPollFailedPublishes, stats_.poll_failed_produces);
+    gauge(mn::kPollBacklogRows, stats_.poll_backlog_rows);
+    gauge(mn::kPollRetryingRows, stats_.poll_retrying_rows);
+    r.AddGaugeCallback(mn::kPollOldestUnpublished.name, mn::kPollOldestUnpublished.help, {},
+                       [this] { return stats_.poll_oldest_age_ms.load() / 1000.0; });
+    obs_->rows_per_poll = &r.AddHistogram(mn::kPollRows.name, mn::kPollRows.help,
+                                          {0, 1, 5, 10, 25, 50, 100, 200, 500, 1000, 10000});
+  }
   obs_->commit_to_ack_latency = &r.AddHistogram(
       mn::kCommitToAckLatency.name, mn::kCommitToAckLatency.help, metrics::DefaultLatencyBuckets());
 
@@ -467,6 +533,7 @@ Status Relay::StartObservability() {
     jopts.retention = config_.outbox_retention;
     jopts.batch_rows = static_cast<int>(config_.janitor_batch_rows);
     jopts.interval = config_.janitor_interval;
+    jopts.poll_mode = config_.source_mode == SourceMode::kPoll;
     obs_->janitor = std::make_unique<OutboxJanitor>(std::move(jopts));  // started with streaming
     OutboxJanitor* janitor = obs_->janitor.get();
     r.AddCounterCallback(mn::kJanitorDeleted.name, mn::kJanitorDeleted.help, {},
@@ -480,6 +547,10 @@ Status Relay::StartObservability() {
     so.address = config_.metrics_address;
     so.ready = [this]() -> Status {
       if (Status topics = topic_errors_->Readiness(); !topics.ok()) return topics;
+      if (config_.source_mode == SourceMode::kPoll) {
+        if (stats_.polling.load() == 0) return UnavailableError("not polling");
+        return Status::Ok();
+      }
       if (stats_.standby.load() != 0) {
         return UnavailableError("standby: replication slot " + config_.slot +
                                 " is read by process " +
@@ -520,6 +591,28 @@ Status Relay::Run() {
   Status result;
   while (!stop_.load()) {
     Status st;
+    if (config_.source_mode == SourceMode::kPoll) {
+      st = PollSession();
+      if (st.ok()) break;  // stopped on request
+      if (!Retryable(st)) {
+        spdlog::error("{}", st.ToString());
+        result = st;
+        break;
+      }
+      stats_.restarts.fetch_add(1);
+      milliseconds delay(
+          std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
+      spdlog::warn(
+          "poll session failed: {}; rolled back (its rows stay unpublished and are published "
+          "again: consumers may see duplicates, nothing is lost); restarting in {} ms",
+          st.ToString(), delay.count());
+      backoff = std::min(backoff * 2, config_.reconnect_max);
+      for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
+        std::this_thread::sleep_for(milliseconds(20));
+        stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+      }
+      continue;
+    }
     if (!checked) {
       // Once: settings and privileges, with the documented fix in each message.
       StartupCheckOptions sco;

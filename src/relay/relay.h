@@ -46,6 +46,7 @@
 #include <memory>
 
 #include "base/status.h"
+#include "src/kafka/producer.h"
 #include "src/relay/config.h"
 #include "src/relay/relay_stats.h"
 #include "src/relay/topic_errors.h"
@@ -83,6 +84,10 @@ class Relay {
   class Session;
   struct Observability;
   Status StartObservability();
+  // The producer's options: the configured properties and the current batch.size.
+  kafka::ProducerOptions ProducerOptions() const;
+  // --source-mode poll: one polling session (poller.h) until stopped (OK) or failed.
+  Status PollSession();
 
   RelayConfig config_;
   RelayStats stats_;

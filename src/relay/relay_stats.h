@@ -37,6 +37,12 @@ struct RelayStats {
   std::atomic<uint64_t> heartbeats_sent{0};       // heartbeat messages emitted
   std::atomic<uint64_t> slot_recoveries{0};       // lost-slot recoveries completed
   std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
+  // Poll mode (poller.h).
+  std::atomic<int> polling{0};                       // gauge: 1 while a poll session runs
+  std::atomic<uint64_t> poll_failed_produces{0};     // rows whose produce failed (retried)
+  std::atomic<uint64_t> poll_backlog_rows{0};        // gauge: unpublished rows
+  std::atomic<int64_t> poll_oldest_age_ms{0};        // gauge: age of the oldest unpublished row
+  std::atomic<uint64_t> poll_retrying_rows{0};       // gauge: unpublished rows with retry_count > 0
   // gauge: the batch.size sessions use after the broker refused a batch; 0 = as configured.
   std::atomic<int64_t> kafka_batch_size{0};
 };

@@ -38,6 +38,27 @@ inline std::string QueueTableStorageSql(std::string_view qualified_table) {
          "100000, autovacuum_vacuum_cost_delay = 0, fillfactor = 100)";
 }
 
+// The polling publisher's state columns (poller.h), added to an outbox table by `walrelay
+// setup --source-mode poll`. Idempotent; existing rows count as unpublished.
+inline std::string PollColumnsSql(std::string_view qualified_table) {
+  return "ALTER TABLE " + QuoteQualifiedName(qualified_table) +
+         " ADD COLUMN IF NOT EXISTS published_at timestamptz,"
+         " ADD COLUMN IF NOT EXISTS retry_count int NOT NULL DEFAULT 0,"
+         " ADD COLUMN IF NOT EXISTS last_error text,"
+         " ADD COLUMN IF NOT EXISTS retry_at timestamptz";
+}
+
+// The partial index the poll reads (only unpublished rows, in id order), built without
+// blocking writers. Idempotent; a failed build leaves an invalid index that the table
+// health metrics report (drop it and run setup again).
+inline std::string PollIndexSql(std::string_view qualified_table, std::string_view id_column) {
+  auto name = ParseQualifiedName(qualified_table);
+  const std::string index = (name.ok() ? name->name : std::string("outbox")) + "_unpublished";
+  return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + QuoteIdentifier(index) + " ON " +
+         QuoteQualifiedName(qualified_table) + " (" + QuoteIdentifier(id_column) +
+         ") WHERE published_at IS NULL";
+}
+
 // The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Created
 // only when missing (slot::CreateTableIfMissing: a least-privilege role may lack CREATE on
 // the schema); DeadLetterTableUpgradeSql brings a table of an earlier version up to date.
