@@ -27,12 +27,6 @@ std::string TempPath(const std::string& name) {
   return std::string(tmp ? tmp : "/tmp") + "/walrelay-" + std::to_string(::getpid()) + "-" + name;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void WriteAll(const std::string& path, const std::string& data) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
@@ -64,7 +58,7 @@ std::string WriteSample(const std::string& path) {
   }
   EXPECT_TRUE((*w)->AppendKeepalive({Lsn(300), 5000, true}).ok());
   EXPECT_TRUE((*w)->Finish().ok());
-  return ReadAll(path);
+  return testing::ReadFile(path);
 }
 
 TEST(RecordingTest, RoundTrip) {
@@ -229,7 +223,7 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
       Subprocess::Start({WALRELAY_BINARY, "replay", file, "--sink", "null", "--json"}, replay_log);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   ASSERT_EQ(rep->Wait(60s), 0) << rep->LogTail();
-  const std::string out = ReadAll(replay_log);
+  const std::string out = testing::ReadFile(replay_log);
   EXPECT_NE(out.find("\"events\":500,"), std::string::npos) << out;
   EXPECT_NE(out.find("\"acked\":500,"), std::string::npos) << out;
   EXPECT_NE(out.find("\"dead_letters\":0,"), std::string::npos) << out;
@@ -248,7 +242,7 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
                                 replay_json_log);
   ASSERT_TRUE(repj.ok()) << repj.status().ToString();
   ASSERT_EQ(repj->Wait(60s), 0) << repj->LogTail();
-  const std::string outj = ReadAll(replay_json_log);
+  const std::string outj = testing::ReadFile(replay_json_log);
   EXPECT_NE(outj.find("\"plugin\":\"wal2json\""), std::string::npos) << outj;
   EXPECT_NE(outj.find("\"events\":500,"), std::string::npos) << outj;
   EXPECT_NE(outj.find("\"dead_letters\":0,"), std::string::npos) << outj;
@@ -281,8 +275,8 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
                                     rec_log);
   ASSERT_TRUE(via_link.ok());
   EXPECT_NE(via_link->Wait(60s), 0);
-  EXPECT_NE(ReadAll(rec_log).find("symbolic link"), std::string::npos) << ReadAll(rec_log);
-  EXPECT_EQ(ReadAll(target), "keep");
+  EXPECT_NE(testing::ReadFile(rec_log).find("symbolic link"), std::string::npos) << testing::ReadFile(rec_log);
+  EXPECT_EQ(testing::ReadFile(target), "keep");
   ::unlink(link.c_str());
   ::unlink(target.c_str());
 
@@ -294,8 +288,8 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
                                 rec_log);
   ASSERT_TRUE(temp.ok());
   ASSERT_EQ(temp->Wait(60s), 0) << temp->LogTail();
-  EXPECT_NE(ReadAll(rec_log).find("created temporary slot rec_temp"), std::string::npos)
-      << ReadAll(rec_log);
+  EXPECT_NE(testing::ReadFile(rec_log).find("created temporary slot rec_temp"), std::string::npos)
+      << testing::ReadFile(rec_log);
   EXPECT_EQ(*c.QueryScalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'rec_temp'"),
             "0");
   ::unlink(file.c_str());

@@ -30,12 +30,6 @@ using testing::Subprocess;
 
 bool Shell(const std::string& command) { return std::system(command.c_str()) == 0; }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class TlsTest : public ::testing::Test {
  protected:
@@ -133,7 +127,7 @@ TEST_F(TlsTest, RelayStreamsOverVerifiedTlsWithAPasswordFile) {
             1u);
   relay->Signal(SIGTERM);
   EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
-  const std::string log = ReadAll(log_);
+  const std::string log = testing::ReadFile(log_);
   EXPECT_EQ(log.find("not encrypted"), std::string::npos) << log;
   EXPECT_EQ(log.find("not verified"), std::string::npos) << log;
   EXPECT_EQ(log.find("tls-SECRET-pw"), std::string::npos) << "the password reached the log";
@@ -147,7 +141,7 @@ TEST_F(TlsTest, AnotherCaOrNoTlsIsRefusedWithTheReason) {
                                  log_);
   ASSERT_TRUE(wrong.ok());
   EXPECT_EQ(wrong->Wait(30s), 3);  // lag: cannot connect
-  std::string log = ReadAll(log_);
+  std::string log = testing::ReadFile(log_);
   EXPECT_NE(log.find("certificate verify failed"), std::string::npos) << log;
 
   // The relay itself refuses it too: it never streams, and says why (it retries, as it
@@ -162,7 +156,7 @@ TEST_F(TlsTest, AnotherCaOrNoTlsIsRefusedWithTheReason) {
       log_);
   ASSERT_TRUE(relay.ok());
   for (int i = 0; i < 600; ++i) {
-    log = ReadAll(log_);
+    log = testing::ReadFile(log_);
     if (log.find("certificate verify failed") != std::string::npos || !relay->running()) break;
     std::this_thread::sleep_for(50ms);
   }
@@ -172,7 +166,7 @@ TEST_F(TlsTest, AnotherCaOrNoTlsIsRefusedWithTheReason) {
   if (relay->running()) relay->Signal(SIGTERM);
   const std::optional<int> code = relay->Wait(30s);
   ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(ReadAll(log_).find("tls-SECRET-pw"), std::string::npos);
+  EXPECT_EQ(testing::ReadFile(log_).find("tls-SECRET-pw"), std::string::npos);
 
   // Without TLS the server has no entry for the connection.
   ::unlink(log_.c_str());
@@ -181,7 +175,7 @@ TEST_F(TlsTest, AnotherCaOrNoTlsIsRefusedWithTheReason) {
       log_);
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->Wait(30s), 3);
-  log = ReadAll(log_);
+  log = testing::ReadFile(log_);
   EXPECT_NE(log.find("no encryption"), std::string::npos) << log;
   EXPECT_EQ(log.find("tls-SECRET-pw"), std::string::npos);
 }

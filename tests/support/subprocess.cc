@@ -131,6 +131,13 @@ double Subprocess::CpuSeconds() const {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::string Subprocess::LogTail(int max_lines) const {
   std::ifstream in(log_path_);
   std::deque<std::string> lines;

@@ -44,4 +44,7 @@ class Subprocess {
   std::string log_path_;
 };
 
+// The whole content of the file at `path` ("" when it cannot be read): logs, outputs.
+std::string ReadFile(const std::string& path);
+
 }  // namespace walrelay::testing
