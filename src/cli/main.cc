@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
       "Publish outbox rows that are already in the tables again (under one snapshot, mapped "
       "like streamed rows, marked recovered=1 in walrelay.position; consumers dedup on the "
       "event id), with progress in the log. Choose the rows with exactly one of --all, "
-      "--since-id, --since, --event-id. With --create-slot, first creates the relay's slot "
+      "--since-id, --since, --event-id, --unpublished. With --create-slot, first creates the relay's slot "
       "with an exported snapshot and republishes the rows of that snapshot, so that "
       "`walrelay run` then streams from the slot with no gap (after a lost or Debezium "
       "slot). Takes every option of `run`.");
@@ -273,7 +273,12 @@ int main(int argc, char** argv) {
   bool republish_all = false;
   std::string since_id, since_time;
   std::vector<std::string> event_ids;
+  bool republish_unpublished = false;
   republish->add_flag("--all", republish_all, "Every row of the outbox tables");
+  republish->add_flag("--unpublished", republish_unpublished,
+                      "Rows poll mode has not marked published (published_at IS NULL): with "
+                      "--create-slot, the switch from poll mode to WAL mode "
+                      "(docs/poll-mode.md)");
   republish->add_option("--since-id", since_id,
                         "Rows whose id column (outbox.columns id) is >= this value");
   republish->add_option("--since", since_time,
@@ -377,14 +382,16 @@ int main(int argc, char** argv) {
     return retry ? RunRedrive(*config, dl_selection) : RunListDeadLetters(*config, dl_selection, dl_json);
   }
   if (republish->parsed()) {
-    const int chosen = republish_all + !since_id.empty() + !since_time.empty() + !event_ids.empty();
+    const int chosen = republish_all + !since_id.empty() + !since_time.empty() +
+                       !event_ids.empty() + republish_unpublished;
     if (chosen != 1) {
       std::cerr << "walrelay republish: choose the rows with exactly one of --all, --since-id, "
-                   "--since, --event-id\n";
+                   "--since, --event-id, --unpublished\n";
       return 2;
     }
     using Rows = walrelay::relay::RepublishRequest::Rows;
-    republish_request.rows = republish_all        ? Rows::kAll
+    republish_request.rows = republish_all           ? Rows::kAll
+                             : republish_unpublished ? Rows::kUnpublished
                              : !since_id.empty()   ? Rows::kSinceId
                              : !since_time.empty() ? Rows::kSinceTime
                                                    : Rows::kEventIds;

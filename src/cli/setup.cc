@@ -4,6 +4,7 @@
 
 #include "slot/pg_error.h"
 #include "slot/slot_admin.h"
+#include "src/relay/progress.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::cli {
@@ -21,16 +22,21 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   }
   sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));
   sql.push_back(relay::DeadLetterTableUpgradeSql(QuoteQualifiedName(config.dead_letter_table)));
+  sql.push_back(relay::ProgressTableDdl(QuoteQualifiedName(config.progress_table)));
+  sql.push_back(relay::ProgressTableUpgradeSql(QuoteQualifiedName(config.progress_table)));
   if (config.source_mode == relay::SourceMode::kPoll) {
-    // No publication, no slot: the polling publisher's columns and index instead.
+    // No publication, no slot: the polling publisher's columns and index instead. Rows
+    // that WAL mode delivered (before the slot's recorded bound) count as published, so
+    // the switch from WAL mode repeats only the last moments (docs/poll-mode.md).
     for (const auto& t : config.tables) {
       sql.push_back(relay::PollColumnsSql(t));
       sql.push_back(relay::PollIndexSql(t, config.columns.id));
+      sql.push_back("UPDATE " + QuoteQualifiedName(t) +
+                    " SET published_at = now() WHERE published_at IS NULL AND " +
+                    relay::DeliveredBeforeBoundPredicate(config.progress_table, config.slot));
     }
     return sql;
   }
-  sql.push_back(relay::ProgressTableDdl(QuoteQualifiedName(config.progress_table)));
-  sql.push_back(relay::ProgressTableUpgradeSql(QuoteQualifiedName(config.progress_table)));
   if (!config.tables.empty()) {
     std::string list;
     for (const auto& t : config.tables) {
@@ -78,6 +84,13 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
               << "\n";
   }
   if (poll) {
+    if (auto slot = admin->GetSlot(config.slot); slot.ok()) {
+      std::cerr << "warning: replication slot " << config.slot
+                << " still exists: nothing reads it in poll mode, so it keeps WAL until the "
+                   "disk fills (or max_slot_wal_keep_size invalidates it). Once the WAL relay "
+                   "is stopped for good, drop it: SELECT pg_drop_replication_slot("
+                << QuoteLiteral(config.slot) << ");\n";
+    }
     std::cerr << "setup complete for poll mode (no publication, no slot), tables";
     for (const auto& t : config.tables) std::cerr << " " << t;
     std::cerr << "\n";

@@ -5,6 +5,7 @@
 
 #include "base/sql.h"
 #include "slot/pg_error.h"
+#include "src/relay/progress.h"
 
 namespace walrelay::relay {
 
@@ -17,14 +18,8 @@ std::string OutboxJanitor::BatchSql(const std::string& table) const {
            " AND published_at IS NOT NULL LIMIT " + std::to_string(options_.batch_rows) +
            " FOR UPDATE SKIP LOCKED) DELETE FROM " + t + " WHERE ctid IN (SELECT ctid FROM doomed)";
   }
-  // The bound's xmin as an xid (its low 32 bits); age() compares it with each row's xmin
-  // in the server's own 32-bit xid arithmetic. A NULL bound makes the comparison NULL:
-  // nothing is deleted.
-  return "WITH bound AS (SELECT age((pg_snapshot_xmin(bound_snapshot)::text::bigint % "
-         "4294967296)::text::xid) AS age FROM " +
-         QuoteQualifiedName(options_.progress_table) + " WHERE slot = " +
-         QuoteLiteral(options_.slot) + " AND source = '*'), doomed AS (SELECT ctid FROM " + t +
-         " WHERE " + older + " AND age(xmin) > (SELECT age FROM bound) LIMIT " +
+  return "WITH doomed AS (SELECT ctid FROM " + t + " WHERE " + older + " AND " +
+         DeliveredBeforeBoundPredicate(options_.progress_table, options_.slot) + " LIMIT " +
          std::to_string(options_.batch_rows) + " FOR UPDATE SKIP LOCKED) DELETE FROM " + t +
          " WHERE ctid IN (SELECT ctid FROM doomed)";
 }

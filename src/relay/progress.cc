@@ -98,4 +98,11 @@ Status ProgressStore::SetRecovering(const std::string& slot, bool recovering) {
       .status();
 }
 
+std::string DeliveredBeforeBoundPredicate(std::string_view progress_table, std::string_view slot) {
+  return "age(xmin) > (SELECT age((pg_snapshot_xmin(bound_snapshot)::text::bigint % "
+         "4294967296)::text::xid) FROM " +
+         QuoteQualifiedName(progress_table) + " WHERE slot = " + QuoteLiteral(slot) +
+         " AND source = '*')";
+}
+
 }  // namespace walrelay::relay

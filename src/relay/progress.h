@@ -25,6 +25,13 @@ namespace walrelay::relay {
 // A PostgreSQL snapshot (pg_snapshot text form "xmin:xmax:xip,...", 64-bit xids) and the
 // WAL insert position read after it: every transaction visible in `snapshot` committed
 // (its commit record ended) at or before `lsn`.
+// A SQL predicate over an outbox row: its inserting transaction (xmin) ended before the
+// recorded bound of `slot` in `progress_table`, i.e. the row was delivered (recovery.h).
+// NULL (false) when no bound is recorded. The bound's xmin is compared as an xid (its low
+// 32 bits) in the server's own xid arithmetic, through age(). Used by the janitor and by
+// the switch to poll mode (`walrelay setup --source-mode poll`).
+std::string DeliveredBeforeBoundPredicate(std::string_view progress_table, std::string_view slot);
+
 struct SnapshotBound {
   std::string snapshot;
   Lsn lsn;

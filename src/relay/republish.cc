@@ -8,6 +8,7 @@
 #include "slot/slot_admin.h"
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
+#include "src/relay/poller.h"
 #include "src/relay/progress.h"
 
 namespace walrelay::relay {
@@ -54,6 +55,8 @@ Result<std::string> RepublishPredicate(const RelayConfig& config, const Republis
       }
       return QuoteIdentifier(c.created_at) + " >= " + QuoteLiteral(request.since_time) +
              "::timestamptz";
+    case RepublishRequest::Rows::kUnpublished:
+      return std::string(QuoteIdentifier(kPublishedAtColumn)) + " IS NULL";
     case RepublishRequest::Rows::kEventIds: {
       if (request.event_ids.empty()) return InvalidArgumentError("--event-id: no event id given");
       std::string list;

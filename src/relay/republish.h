@@ -28,7 +28,8 @@
 namespace walrelay::relay {
 
 struct RepublishRequest {
-  enum class Rows { kAll, kSinceId, kSinceTime, kEventIds };
+  // kUnpublished: rows poll mode has not marked (published_at IS NULL; poller.h).
+  enum class Rows { kAll, kSinceId, kSinceTime, kEventIds, kUnpublished };
   Rows rows = Rows::kAll;
   std::string since_id;    // kSinceId: rows whose id column (outbox.columns id) >= this
   std::string since_time;  // kSinceTime: rows whose created_at column >= this timestamptz
