@@ -61,6 +61,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -148,6 +150,8 @@ class Poller {
   std::vector<bool> payload_is_bytea_;
   std::vector<std::string> select_sql_;
   std::string dead_letter_slot_;
+  // Topics the sink said exist and may be written, until when that is believed.
+  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> topics_ok_;
 };
 
 }  // namespace walrelay::relay
