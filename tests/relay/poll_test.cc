@@ -296,6 +296,44 @@ TEST_F(PollTest, SwitchingFromWalToPollAndBackLosesNothingAndRepeatsLittle) {
   EXPECT_LE(records, 200 + 20) << "the switches repeated more than their last moments";
 }
 
+// A broker outage is waited out inside the poll: nothing is marked published before Kafka
+// acknowledged it, and everything is once the brokers are back.
+TEST_F(PollTest, BrokersDownMarksNothingUntilTheyAreBack) {
+  StartPolling();
+  WriteEvents(0, 2, 10);
+  ASSERT_TRUE(WaitAllPublished(30s));
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  WriteEvents(20, 3, 10);
+  std::this_thread::sleep_for(2s);
+  EXPECT_EQ(Count("SELECT count(*) FROM outbox WHERE published_at IS NULL"), 30u)
+      << "rows marked published while no broker could acknowledge them";
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(WaitAllPublished(60s));
+  EXPECT_EQ(DistinctEventIds(50, 30s).size(), 50u);
+}
+
+// The janitor in poll mode deletes rows once they are published and older than the
+// retention, and never an unpublished one.
+TEST_F(PollTest, JanitorDeletesOnlyPublishedRows) {
+  config_.outbox_retention = 1ms;
+  config_.janitor_interval = 100ms;
+  kafka_->SetTopicError("outbox.missing", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  config_.kafka_topic_error_timeout = 600s;  // the missing topic's row stays unpublished
+  ASSERT_TRUE(
+      pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, payload) "
+                "VALUES ('payment', 'a', 'outbox.missing', 'E', '{}')")
+          .ok());
+  StartPolling();
+  WriteEvents(0, 4, 25);
+  for (int i = 0; i < 300 && Count("SELECT count(*) FROM outbox") > 1; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(Count("SELECT count(*) FROM outbox"), 1u);
+  EXPECT_EQ(Count("SELECT count(*) FROM outbox WHERE aggregate_id = 'a' AND published_at IS NULL"),
+            1u);
+  EXPECT_EQ(DistinctEventIds(100, 30s).size(), 100u);
+}
+
 TEST_F(PollTest, TablesWithoutThePollColumnsAreRefusedWithTheFix) {
   ASSERT_TRUE(pg_->Exec(OutboxTableDdl("public.plain")).ok());
   config_.tables = {"public.plain"};
