@@ -4,7 +4,9 @@
 #   scripts/test.sh          build (warnings as errors), all tests (unit + integration against a
 #                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster), the unit
 #                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
-#                            and a smoke run of every benchmark program.
+#                            the chaos run (scripts/chaos.sh, 30,000 events) and its check that it
+#                            reports loss when the relay confirms before acks, and a smoke run of
+#                            every benchmark program.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 # Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build).
 set -euo pipefail
@@ -37,6 +39,14 @@ ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900
   tee "$BUILD_ROOT/ctest-main.log"
 MAIN_TOTAL=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' \
   "$BUILD_ROOT/ctest-main.log" | tail -n 1)
+
+step "chaos run (scripts/chaos.sh: 30,000 events under relay kills, broker outages, PostgreSQL crashes, a lost slot, ledger kills)"
+BUILD_ROOT="$BUILD_ROOT" CHAOS_EVENTS=${CHAOS_EVENTS:-30000} CHAOS_SEED=${CHAOS_SEED:-20261204} \
+  CHAOS_WORK=/tmp/walrelay-chaos-ci bash scripts/chaos.sh
+
+step "chaos run must see loss (the test-only confirm_before_ack failpoint)"
+BUILD_ROOT="$BUILD_ROOT" CHAOS_EXPECT_LOSS=1 CHAOS_SEED=${CHAOS_SEED:-20261204} \
+  CHAOS_WORK=/tmp/walrelay-chaos-ci-loss bash scripts/chaos.sh
 
 step "alert rules (promtool check rules docker/alerts.yml)"
 promtool check rules docker/alerts.yml

@@ -49,6 +49,34 @@ Status NullSink::Flush(std::chrono::milliseconds timeout) {
   return Status::Ok();
 }
 
+bool ConfirmBeforeAckFailpoint() {
+  const char* fp = std::getenv("WALRELAY_RELAY_FAILPOINT");
+  static std::atomic<bool> said{false};
+  if (fp == nullptr || *fp == '\0') return false;
+#ifndef WALRELAY_FAILPOINTS
+  if (!said.exchange(true)) {
+    spdlog::warn("WALRELAY_RELAY_FAILPOINT is set but ignored: failpoints are compiled only "
+                 "into test builds");
+  }
+  return false;
+#else
+  if (std::string_view(fp) != "confirm_before_ack") {
+    if (!said.exchange(true)) {
+      spdlog::warn("WALRELAY_RELAY_FAILPOINT={} is not a failpoint (confirm_before_ack): ignored",
+                   fp);
+    }
+    return false;
+  }
+  if (!said.exchange(true)) {
+    spdlog::critical(
+        "TEST FAILPOINT confirm_before_ack armed: the relay confirms positions before Kafka "
+        "acknowledged their events, which LOSES events on a crash (a test of the tests; never "
+        "in production)");
+  }
+  return true;
+#endif
+}
+
 Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSource& source,
                    RecordSink& sink, DeadLetterSink& dead_letters, Options options)
     : config_(config),
@@ -64,6 +92,7 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
+  confirm_before_ack_ = ConfirmBeforeAckFailpoint();
   sink_.SetDeliveryHandler(
       [this](uint64_t cookie, const Status& st, size_t bytes,
              const kafka::DeliveredRecord* record) { OnDelivery(cookie, st, bytes, record); });
@@ -393,6 +422,7 @@ Status Pipeline::HandleWal2Json(const slot::XLogData& x) {
 
 Status Pipeline::SendStatus(bool reply_requested) {
   Lsn flush = tracker_.FlushLsn();
+  if (confirm_before_ack_) flush = std::max(flush, received_);  // the test failpoint
   WALRELAY_RETURN_IF_ERROR(
       source_.SendStatus(std::max(received_, flush), flush, flush, reply_requested));
   reported_events_total_ = tracker_.FlushedEventsTotal();

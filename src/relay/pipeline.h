@@ -110,6 +110,13 @@ class NullSink : public RecordSink {
   uint64_t records_ = 0, bytes_ = 0;
 };
 
+// Test-only failpoint, compiled in only when the tests are built (CMake
+// WALRELAY_FAILPOINTS): WALRELAY_RELAY_FAILPOINT=confirm_before_ack makes every session
+// confirm the received position instead of the acknowledged one, breaking invariant 1 on
+// purpose, so that the chaos run (scripts/chaos.sh) can show that it detects loss. True
+// when armed; logs once either way.
+bool ConfirmBeforeAckFailpoint();
+
 class Pipeline {
  public:
   struct Options {
@@ -198,6 +205,7 @@ class Pipeline {
 
   OutboxMapper mapper_;
   AckTracker tracker_;
+  bool confirm_before_ack_ = false;  // ConfirmBeforeAckFailpoint()
   pgoutput::TransactionAssembler assembler_;
   pgoutput::Message message_;
   std::unique_ptr<wal2json::Wal2JsonDecoder> wal2json_;  // set when the plugin is wal2json

@@ -395,6 +395,12 @@ Status Relay::PollSession() {
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgConnPtr conn,
       slot::ConnectPg(conninfo, nullptr, "poll connection", slot::kRelaySession));
+  if (!transport_warned_) {  // once per process, as the WAL mode's startup checks do
+    if (std::string w = slot::TransportSecurityWarning(conn.get()); !w.empty()) {
+      spdlog::warn("startup check: {}", w);
+    }
+    transport_warned_ = true;
+  }
   WALRELAY_ASSIGN_OR_RETURN(auto dead_letters,
                             DeadLetterWriter::Open(conninfo, config_.dead_letter_table,
                                                    "poll:" + config_.slot));

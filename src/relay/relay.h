@@ -97,6 +97,7 @@ class Relay {
   std::unique_ptr<TopicErrors> topic_errors_;  // across sessions
   std::unique_ptr<Observability> obs_;
   bool guard_started_ = false;
+  bool transport_warned_ = false;  // poll mode: the transport warning was logged
   // batch.size for new producers after the broker refused a batch; 0 = as configured.
   int64_t kafka_batch_size_ = 0;
 };
