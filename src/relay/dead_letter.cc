@@ -5,9 +5,29 @@
 #include <array>
 #include <vector>
 
+#include "src/kafka/producer.h"
+#include "src/relay/config.h"
+#include "src/relay/outbox_mapper.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
+
+void SetEventFields(const OutboxEvent& event, DeadLetter* letter) {
+  letter->event_id = event.event_id;
+  letter->aggregate_id = event.key;
+  letter->event_type = event.event_type;
+  letter->topic = event.topic;
+}
+
+void SetRecordFields(const kafka::DeliveredRecord& record, const HeaderNames& names,
+                     DeadLetter* letter) {
+  letter->event_id = record.Header(names.event_id);
+  letter->aggregate_id = record.key();
+  letter->event_type = record.Header(names.event_type);
+  letter->topic = record.topic();
+  letter->payload = record.value();
+}
+
 
 namespace {
 

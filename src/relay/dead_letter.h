@@ -43,6 +43,22 @@ struct DeadLetter {
   std::string_view reason;
 };
 
+struct OutboxEvent;  // outbox_mapper.h
+struct HeaderNames;  // config.h
+}  // namespace walrelay::relay
+namespace walrelay::kafka {
+class DeliveredRecord;  // producer.h
+}  // namespace walrelay::kafka
+namespace walrelay::relay {
+
+// The letter's event fields (event id, key, event type, topic) from a mapped, or partly
+// mapped, event; views into `event`, which must outlive the letter's use.
+void SetEventFields(const OutboxEvent& event, DeadLetter* letter);
+// The same fields and the payload from a record Kafka refused, read from its key, value
+// and the headers named by `names`; views into `record`.
+void SetRecordFields(const kafka::DeliveredRecord& record, const HeaderNames& names,
+                     DeadLetter* letter);
+
 // Where unpublishable events go. Write() returns once the letter is durable.
 class DeadLetterSink {
  public:

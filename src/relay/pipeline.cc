@@ -140,11 +140,7 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
       l.ordinal = position->ordinal;
       l.xid = position->xid;
     }
-    l.event_id = record.Header(config_.header_names.event_id);
-    l.aggregate_id = record.key();
-    l.event_type = record.Header(config_.header_names.event_type);
-    l.topic = record.topic();
-    l.payload = record.value();
+    SetRecordFields(record, config_.header_names, &l);
     l.reason = reason;
     Status st = WriteDeadLetter(l);
     if (st.ok()) {
@@ -223,10 +219,7 @@ DeadLetter Pipeline::LetterForCurrent(std::string_view source, std::string_view 
   l.commit_lsn = tx_commit_lsn_;
   l.ordinal = tx_ordinal_;
   l.xid = assembler_.xid();
-  l.event_id = event_.event_id;
-  l.aggregate_id = event_.key;
-  l.event_type = event_.event_type;
-  l.topic = event_.topic;
+  SetEventFields(event_, &l);
   l.payload = payload;
   l.reason = reason;
   return l;

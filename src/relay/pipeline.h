@@ -67,6 +67,22 @@ class RecordSink {
   virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
 };
 
+// Sets a delivery handler on a sink for this object's lifetime and clears it on every way
+// out: handlers capture their caller's locals, and a sink that outlives them may still
+// report (e.g. while purging).
+class ScopedDeliveryHandler {
+ public:
+  ScopedDeliveryHandler(RecordSink& sink, RecordSink::DeliveryHandler handler) : sink_(sink) {
+    sink_.SetDeliveryHandler(std::move(handler));
+  }
+  ~ScopedDeliveryHandler() { sink_.SetDeliveryHandler(nullptr); }
+  ScopedDeliveryHandler(const ScopedDeliveryHandler&) = delete;
+  ScopedDeliveryHandler& operator=(const ScopedDeliveryHandler&) = delete;
+
+ private:
+  RecordSink& sink_;
+};
+
 // The Kafka sink: the idempotent producer.
 class KafkaSink : public RecordSink {
  public:

@@ -43,6 +43,14 @@ std::string TidArray(const std::vector<std::string>& tids) {
   return out;
 }
 
+// A letter with the event's fields and `payload`.
+DeadLetter LetterOf(const OutboxEvent& event, std::string_view payload) {
+  DeadLetter l;
+  SetEventFields(event, &l);
+  l.payload = payload;
+  return l;
+}
+
 }  // namespace
 
 Result<PollShard> ParsePollShard(std::string_view text) {
@@ -101,7 +109,7 @@ Poller::Poller(const RelayConfig& config, PGconn* conn, RecordSink& sink,
       mapper_(config),
       dead_letter_slot_("poll:" + config.slot) {}
 
-Poller::~Poller() { sink_.SetDeliveryHandler(nullptr); }
+Poller::~Poller() = default;
 
 Status Poller::Prepare() {
   WALRELAY_ASSIGN_OR_RETURN(shard_, ParsePollShard(config_.poll_shard));
@@ -171,26 +179,16 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
   std::vector<Row> batch(n);
   uint64_t pending = 0;
   Status failure;
-  struct Unset {
-    RecordSink& sink;
-    ~Unset() { sink.SetDeliveryHandler(nullptr); }
-  } unset{sink_};
 
-  // A dead letter of row i (its id keys it: written twice, kept once).
-  auto dead_letter = [&](int i, const OutboxEvent& event, std::string_view payload,
-                         std::string_view reason) -> Status {
-    DeadLetter l;
+  // A dead letter of row i (its id keys it: written twice, kept once), with the event
+  // fields set by the caller.
+  auto dead_letter = [&](int i, DeadLetter l, std::string_view reason) -> Status {
     l.source = table;
     l.commit_lsn = Lsn(static_cast<uint64_t>(batch[i].id));
     l.ordinal = static_cast<uint32_t>(table_index);
     uint32_t xid = 0;
     ParseNumber(std::string_view(PQgetvalue(rows.get(), i, kXmin)), &xid);
     l.xid = xid;
-    l.event_id = event.event_id;
-    l.aggregate_id = event.key;
-    l.event_type = event.event_type;
-    l.topic = event.topic;
-    l.payload = payload;
     l.reason = reason;
     Status written = dead_letters_.Write(l);
     if (!written.ok()) {
@@ -205,8 +203,8 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     return OutboxRowAt(rows.get(), i, payload_is_bytea_[table_index], kFirstMapped);
   };
 
-  sink_.SetDeliveryHandler([&](uint64_t cookie, const Status& st, size_t,
-                               const kafka::DeliveredRecord* record) {
+  ScopedDeliveryHandler handler(sink_, [&](uint64_t cookie, const Status& st, size_t,
+                                           const kafka::DeliveredRecord* record) {
     --pending;
     Row& row = batch[cookie];
     if (st.ok()) {
@@ -220,13 +218,10 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     }
     if (!failure.ok()) return;
     if (st.code() == StatusCode::kInvalidArgument && record != nullptr) {
-      OutboxEvent event;
-      event.event_id = record->Header(config_.header_names.event_id);
-      event.key = record->key();
-      event.event_type = record->Header(config_.header_names.event_type);
-      event.topic = record->topic();
-      Status written = dead_letter(static_cast<int>(cookie), event, record->value(),
-                                   "Kafka refused the record: " + st.message());
+      DeadLetter l;
+      SetRecordFields(*record, config_.header_names, &l);
+      Status written =
+          dead_letter(static_cast<int>(cookie), l, "Kafka refused the record: " + st.message());
       if (!written.ok()) failure = written;
       return;
     }
@@ -263,7 +258,8 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     const OutboxRow row = mapped_row(i);
     Status mapped = mapper_.MapRow(table, row, &event);
     if (!mapped.ok()) {
-      WALRELAY_RETURN_IF_ERROR(dead_letter(i, event, row.payload.value_or(""), mapped.message()));
+      WALRELAY_RETURN_IF_ERROR(
+          dead_letter(i, LetterOf(event, row.payload.value_or("")), mapped.message()));
       continue;
     }
     auto topic = topics.find(event.topic);
@@ -286,7 +282,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     Status produced = sink_.Produce(event.topic, event.key, event.value, headers,
                                     static_cast<uint64_t>(i), /*timestamp_ms=*/0);
     if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
-      WALRELAY_RETURN_IF_ERROR(dead_letter(i, event, event.value, produced.message()));
+      WALRELAY_RETURN_IF_ERROR(dead_letter(i, LetterOf(event, event.value), produced.message()));
       continue;
     }
     WALRELAY_RETURN_IF_ERROR(produced);
@@ -336,7 +332,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
       const std::string reason = "failed to publish " + std::to_string(attempts) +
                                  " times (poll.max_attempts), last: " + batch[i].error;
       WALRELAY_RETURN_IF_ERROR(dead_letter(
-          i, event, mapped.ok() ? event.value : row.payload.value_or(""), reason));
+          i, LetterOf(event, mapped.ok() ? event.value : row.payload.value_or("")), reason));
       spdlog::error("poll: row {} of {} dead-lettered: {}", batch[i].id, table, reason);
       continue;
     }

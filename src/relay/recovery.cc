@@ -158,17 +158,12 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   BackfillResult result;
   uint64_t pending = 0;
   Status failure;
-  // The handler captures locals: unset it on every way out.
-  struct Unset {
-    RecordSink& sink;
-    ~Unset() { sink.SetDeliveryHandler(nullptr); }
-  } unset{sink};
   // A record the broker refused for good (e.g. larger than its limit) is dead-lettered
   // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
   // the recovery, which would then be redone, and refused, forever.
   std::string refused_reason;
-  sink.SetDeliveryHandler(
-      [&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord* record) {
+  ScopedDeliveryHandler handler(
+      sink, [&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord* record) {
         --pending;
         if (st.ok()) {
           stats.events_acked.fetch_add(1, std::memory_order_relaxed);
@@ -185,11 +180,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           }
           l.recovered = true;
           l.commit_lsn = consistent_point;
-          l.event_id = record->Header(config.header_names.event_id);
-          l.aggregate_id = record->key();
-          l.event_type = record->Header(config.header_names.event_type);
-          l.topic = record->topic();
-          l.payload = record->value();
+          SetRecordFields(*record, config.header_names, &l);
           l.reason = refused_reason;
           Status written = dead_letters.Write(l);
           if (written.ok()) {
@@ -265,10 +256,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           l.recovered = true;
           l.commit_lsn = consistent_point;
           l.ordinal = ordinal++;
-          l.event_id = event.event_id;
-          l.aggregate_id = event.key;
-          l.event_type = event.event_type;
-          l.topic = event.topic;
+          SetEventFields(event, &l);
           l.payload = row.payload.value_or("");
           l.reason = mapped.message();
           WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
@@ -297,10 +285,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           l.recovered = true;
           l.commit_lsn = consistent_point;
           l.ordinal = ordinal - 1;
-          l.event_id = event.event_id;
-          l.aggregate_id = event.key;
-          l.event_type = event.event_type;
-          l.topic = event.topic;
+          SetEventFields(event, &l);
           l.payload = event.value;
           l.reason = produced.message();
           WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));

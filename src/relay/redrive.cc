@@ -100,13 +100,8 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
 
   // Outcome per letter id: "" while in flight, "published", or the failure reason.
   std::map<int64_t, std::string> outcome;
-  // The handler captures locals: unset it on every way out (as PublishRows does).
-  struct Unset {
-    RecordSink& sink;
-    ~Unset() { sink.SetDeliveryHandler(nullptr); }
-  } unset{*sink};
-  sink->SetDeliveryHandler([&](uint64_t cookie, const Status& st, size_t,
-                               const kafka::DeliveredRecord*) {
+  ScopedDeliveryHandler handler(*sink, [&](uint64_t cookie, const Status& st, size_t,
+                                           const kafka::DeliveredRecord*) {
     outcome[static_cast<int64_t>(cookie)] =
         st.ok() ? "published" : "Kafka refused the re-driven record: " + st.message();
   });

@@ -597,91 +597,75 @@ Status Relay::Run() {
   Status result;
   while (!stop_.load()) {
     Status st;
-    if (config_.source_mode == SourceMode::kPoll) {
+    const bool poll = config_.source_mode == SourceMode::kPoll;
+    if (poll) {
       st = PollSession();
       if (st.ok()) break;  // stopped on request
-      if (!Retryable(st)) {
-        spdlog::error("{}", st.ToString());
-        result = st;
-        break;
-      }
-      stats_.restarts.fetch_add(1);
-      milliseconds delay(
-          std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
-      spdlog::warn(
-          "poll session failed: {}; rolled back (its rows stay unpublished and are published "
-          "again: consumers may see duplicates, nothing is lost); restarting in {} ms",
-          st.ToString(), delay.count());
-      backoff = std::min(backoff * 2, config_.reconnect_max);
-      for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
-        std::this_thread::sleep_for(milliseconds(20));
-        stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
-      }
-      continue;
-    }
-    if (!checked) {
-      // Once: settings and privileges, with the documented fix in each message.
-      StartupCheckOptions sco;
-      sco.lost_slot_is_error = !config_.recovery_enabled;
-      sco.warn = obs_->guard->options().warn;
-      sco.critical = obs_->guard->options().critical;
-      auto report = StartupChecks(config_, sco);
-      st = report.status();
-      if (st.ok()) checked = true;
-      if (!st.ok() && st.code() != StatusCode::kUnavailable) {
-        spdlog::error("{}", st.ToString());
-        result = st;
-        break;
-      }
-    }
-    std::optional<int> standby_for;
-    if (st.ok()) {
-      Session session(*this);
-      st = session.Start();
-      standby_for = session.standby_for();
-      if (st.ok()) {
-        const auto streaming_since = Clock::now();
-        st = session.Stream();
-        if (st.ok()) break;  // stopped on request
-        // A session that streamed a while starts the backoff anew; one that fails at once
-        // again (e.g. on an event whose topic is being retried) keeps backing off.
-        if (Clock::now() - streaming_since >= std::chrono::seconds(10)) {
-          backoff = config_.reconnect_min;
+    } else {
+      if (!checked) {
+        // Once: settings and privileges, with the documented fix in each message.
+        StartupCheckOptions sco;
+        sco.lost_slot_is_error = !config_.recovery_enabled;
+        sco.warn = obs_->guard->options().warn;
+        sco.critical = obs_->guard->options().critical;
+        auto report = StartupChecks(config_, sco);
+        st = report.status();
+        if (st.ok()) checked = true;
+        if (!st.ok() && st.code() != StatusCode::kUnavailable) {
+          spdlog::error("{}", st.ToString());
+          result = st;
+          break;
         }
       }
-      if (const int64_t refused = session.refused_batch_limit(); refused > 0) {
-        // The broker refused a batch of records (the topic's max.message.bytes is below
-        // the batch, or it refused one record in it): smaller batches from now on, until
-        // a record travels alone and is judged by itself.
-        kafka_batch_size_ = std::max<int64_t>(1, refused / 2);
-        stats_.kafka_batch_size.store(kafka_batch_size_);
-        spdlog::warn(
-            "the broker refused a batch of {} bytes; the next session produces with "
-            "batch.size={} (raise the topic's max.message.bytes or set --kafka-property "
-            "batch.size to avoid the restarts)",
-            refused, kafka_batch_size_);
+      std::optional<int> standby_for;
+      if (st.ok()) {
+        Session session(*this);
+        st = session.Start();
+        standby_for = session.standby_for();
+        if (st.ok()) {
+          const auto streaming_since = Clock::now();
+          st = session.Stream();
+          if (st.ok()) break;  // stopped on request
+          // A session that streamed a while starts the backoff anew; one that fails at once
+          // again (e.g. on an event whose topic is being retried) keeps backing off.
+          if (Clock::now() - streaming_since >= std::chrono::seconds(10)) {
+            backoff = config_.reconnect_min;
+          }
+        }
+        if (const int64_t refused = session.refused_batch_limit(); refused > 0) {
+          // The broker refused a batch of records (the topic's max.message.bytes is below
+          // the batch, or it refused one record in it): smaller batches from now on, until
+          // a record travels alone and is judged by itself.
+          kafka_batch_size_ = std::max<int64_t>(1, refused / 2);
+          stats_.kafka_batch_size.store(kafka_batch_size_);
+          spdlog::warn(
+              "the broker refused a batch of {} bytes; the next session produces with "
+              "batch.size={} (raise the topic's max.message.bytes or set --kafka-property "
+              "batch.size to avoid the restarts)",
+              refused, kafka_batch_size_);
+        }
       }
-    }
-    if (standby_for) {
-      // Standing by: another process holds the slot. Retry at the standby interval (not
-      // the growing reconnect backoff), so this relay takes over within about two
-      // intervals of the active one stopping; say so once, not at every retry.
-      if (!stats_.standby.exchange(1) || stats_.standby_for.load() != *standby_for) {
-        spdlog::warn(
-            "standing by: replication slot {} is read by process {} (another walrelay, or "
-            "another client); retrying every {} ms and taking over when it stops. /readyz "
-            "says standby meanwhile",
-            config_.slot, *standby_for, config_.standby_interval.count());
+      if (standby_for) {
+        // Standing by: another process holds the slot. Retry at the standby interval (not
+        // the growing reconnect backoff), so this relay takes over within about two
+        // intervals of the active one stopping; say so once, not at every retry.
+        if (!stats_.standby.exchange(1) || stats_.standby_for.load() != *standby_for) {
+          spdlog::warn(
+              "standing by: replication slot {} is read by process {} (another walrelay, or "
+              "another client); retrying every {} ms and taking over when it stops. /readyz "
+              "says standby meanwhile",
+              config_.slot, *standby_for, config_.standby_interval.count());
+        }
+        stats_.standby_for.store(*standby_for);
+        backoff = config_.reconnect_min;
+        const int64_t base = config_.standby_interval.count();
+        milliseconds delay(std::uniform_int_distribution<int64_t>(base * 4 / 5, base * 6 / 5)(rng));
+        for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
+          std::this_thread::sleep_for(milliseconds(20));
+          stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+        }
+        continue;
       }
-      stats_.standby_for.store(*standby_for);
-      backoff = config_.reconnect_min;
-      const int64_t base = config_.standby_interval.count();
-      milliseconds delay(std::uniform_int_distribution<int64_t>(base * 4 / 5, base * 6 / 5)(rng));
-      for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
-        std::this_thread::sleep_for(milliseconds(20));
-        stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
-      }
-      continue;
     }
     stats_.standby.store(0);
     if (!Retryable(st)) {
@@ -692,8 +676,11 @@ Status Relay::Run() {
     stats_.restarts.fetch_add(1);
     milliseconds delay(
         std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
-    spdlog::warn("session failed: {}; restarting from the slot's confirmed position in {} ms",
-                 st.ToString(), delay.count());
+    spdlog::warn("{} failed: {}; {} in {} ms", poll ? "poll session" : "session", st.ToString(),
+                 poll ? "rolled back (its rows stay unpublished and are published again: "
+                        "consumers may see duplicates, nothing is lost); restarting"
+                      : "restarting from the slot's confirmed position",
+                 delay.count());
     backoff = std::min(backoff * 2, config_.reconnect_max);
     for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
       std::this_thread::sleep_for(milliseconds(20));
