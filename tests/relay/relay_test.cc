@@ -334,6 +334,50 @@ TEST_F(RelayTest, JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded) {
             std::string::npos);
 }
 
+// Issue 18, item 1: a failed dead-letter write confirms nothing. While every write to the
+// dead-letter table fails (a trigger raises, as a full disk or a lost privilege would), the
+// slot's confirmed_flush_lsn stays before the poison row's transaction, though later
+// transactions are read and published; once writes succeed again the letter is stored and
+// everything is confirmed. A relay that counted the event as handled without its letter
+// would confirm past it: this test fails then.
+TEST_F(RelayTest, FailedDeadLetterWriteConfirmsNothingPastIt) {
+  config_.allowed_topics = {"outbox.payment"};
+  ASSERT_TRUE(pg_->Exec(DeadLetterTableDdl("walrelay_dead_letter")).ok());
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE dl_switch (fail boolean NOT NULL); "
+                        "INSERT INTO dl_switch VALUES (true); "
+                        "CREATE FUNCTION dl_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                        "IF (SELECT fail FROM dl_switch) THEN RAISE EXCEPTION 'could not extend "
+                        "file (test)'; END IF; RETURN NEW; END $$; "
+                        "CREATE TRIGGER dl_fail BEFORE INSERT ON walrelay_dead_letter FOR EACH "
+                        "ROW EXECUTE FUNCTION dl_fail()")
+                  .ok());
+  StartRelay();
+  WriteEvents(0, 1, 5);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  // The poison transaction starts after this position; its commit ends after it.
+  ASSERT_TRUE(pg_->Exec("SET synchronous_commit = on").ok());
+  const Lsn before_poison = *Lsn::Parse(*pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()"));
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'p', 'forbidden', 'Poison', '{}')")
+                  .ok());
+  WriteEvents(5, 1, 5);
+  for (int i = 0; i < 500 && relay_->stats().dead_letter_write_failures.load() < 2; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GE(relay_->stats().dead_letter_write_failures.load(), 2u)
+      << "the relay did not retry the failing dead-letter write";
+  EXPECT_LE(ConfirmedFlush(), before_poison)
+      << "confirmed past an event whose dead letter was never written";
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "0");
+
+  ASSERT_TRUE(pg_->Exec("UPDATE dl_switch SET fail = false").ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter WHERE aggregate_id = "
+                              "'p' AND reason LIKE '%allowed_topics%'"),
+            "1");
+  EXPECT_EQ(DistinctEventIds(10, 20s).size(), 10u);
+}
+
 // Issue 18, item 4: only INSERTs publish. UPDATE, DELETE and TRUNCATE of outbox rows, and
 // a dead-lettered row, put nothing in Kafka: read to the end offsets, the topic holds
 // exactly the published inserts, and the skips are counted.
