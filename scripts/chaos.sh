@@ -315,15 +315,19 @@ kill_ledger() {
 }
 
 # --- the run -----------------------------------------------------------------------------
+wait_committed() {  # until at least $1 payments are committed
+  local c
+  while :; do
+    c=$(payments)
+    [[ $c =~ ^[0-9]+$ ]] && (( c >= $1 )) && return
+    sleep 0.2
+  done
+}
 T0=$(date +%s)
 for i in "${!SCHEDULE[@]}"; do
   due=$(( EVENTS * (i + 1) / (NFAULTS + 1) ))
   echo $(( due + STEP )) >"$WORK/allowed"
-  while :; do
-    c=$(payments)
-    [[ $c =~ ^[0-9]+$ ]] && (( c >= due )) && break
-    sleep 0.2
-  done
+  wait_committed "$due"
   sleep "${GAPS[i]}"
   case ${SCHEDULE[i]} in
     kill-relay) kill_relay ;;
@@ -338,11 +342,7 @@ for i in "${!SCHEDULE[@]}"; do
 done
 echo "$EVENTS" >"$WORK/allowed"
 say "schedule done; writing until $EVENTS payments are committed"
-while :; do
-  c=$(payments)
-  [[ $c =~ ^[0-9]+$ ]] && (( c >= EVENTS )) && break
-  sleep 1
-done
+wait_committed "$EVENTS"
 touch "$WORK/stop"
 wait "${WRITER_PIDS[@]}" 2>/dev/null || true
 WRITE_END=$(date +%s)
