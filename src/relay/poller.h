@@ -79,8 +79,8 @@
 
 namespace walrelay::relay {
 
-// The columns the polling publisher adds to an outbox table (`walrelay setup
-// --source-mode poll`).
+// The columns the polling publisher keeps its state in (schema.h's PollColumnsSql adds
+// them: `walrelay setup --source-mode poll`).
 inline constexpr std::string_view kPublishedAtColumn = "published_at";
 inline constexpr std::string_view kRetryCountColumn = "retry_count";
 inline constexpr std::string_view kLastErrorColumn = "last_error";
@@ -135,7 +135,6 @@ class Poller {
   Result<PollBacklog> ReadBacklog();
 
  private:
-  struct Batch;
   Result<uint64_t> PollTable(size_t table_index, const std::atomic<bool>& stop);
 
   const RelayConfig& config_;
