@@ -73,7 +73,12 @@ done
 rm -rf "$WORK"
 mkdir -p "$WORK"
 chmod 755 "$WORK"
-PGSETTINGS=(max_slot_wal_keep_size=4GB wal_sender_timeout=10s max_connections=100)
+# synchronous_commit on: pgtmp's default (off, for speed) lets a crash lose commits already
+# acknowledged, and no consumer can then be effectively once (docs/inbox.md, Durability):
+# the first 200,000-event run showed it. fsync stays off: the crashes here kill processes,
+# not the operating system, so written WAL survives them.
+PGSETTINGS=(max_slot_wal_keep_size=4GB wal_sender_timeout=10s max_connections=100
+  synchronous_commit=on)
 declare -A RELAY_PID=() LEDGER_PID=()
 WRITER_PIDS=()
 BROKER_PID=""
