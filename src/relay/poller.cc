@@ -106,10 +106,11 @@ Poller::Poller(const RelayConfig& config, PGconn* conn, RecordSink& sink,
       stats_(stats),
       rows_per_poll_(rows_per_poll),
       produce_latency_(produce_latency),
-      mapper_(config),
-      dead_letter_slot_("poll:" + config.slot) {}
+      mapper_(config) {}
 
 Poller::~Poller() = default;
+
+std::string PollDeadLetterSlot(const RelayConfig& config) { return "poll:" + config.slot; }
 
 Status Poller::Prepare() {
   WALRELAY_ASSIGN_OR_RETURN(shard_, ParsePollShard(config_.poll_shard));

@@ -86,6 +86,10 @@ inline constexpr std::string_view kRetryCountColumn = "retry_count";
 inline constexpr std::string_view kLastErrorColumn = "last_error";
 inline constexpr std::string_view kRetryAtColumn = "retry_at";
 
+// The slot label of the poller's dead letters (dead_letter.h keys letters by it): "poll:"
+// and source.slot, apart from the WAL relay's letters of the same slot.
+std::string PollDeadLetterSlot(const RelayConfig& config);
+
 // This replica's share of the aggregates.
 struct PollShard {
   int index = 0;
@@ -148,7 +152,6 @@ class Poller {
   OutboxMapper mapper_;
   std::vector<bool> payload_is_bytea_;
   std::vector<std::string> select_sql_;
-  std::string dead_letter_slot_;
   // Topics the sink said exist and may be written, until when that is believed.
   std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> topics_ok_;
 };

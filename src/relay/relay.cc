@@ -403,7 +403,7 @@ Status Relay::PollSession() {
   }
   WALRELAY_ASSIGN_OR_RETURN(auto dead_letters,
                             DeadLetterWriter::Open(conninfo, config_.dead_letter_table,
-                                                   "poll:" + config_.slot));
+                                                   PollDeadLetterSlot(config_)));
   WALRELAY_ASSIGN_OR_RETURN(auto sink, KafkaSink::Create(ProducerOptions()));
   Poller poller(config_, conn.get(), *sink, *dead_letters, stats_, obs_->rows_per_poll,
                 obs_->produce_latency);
