@@ -45,8 +45,14 @@ BUILD_ROOT="$BUILD_ROOT" CHAOS_EVENTS=${CHAOS_EVENTS:-30000} CHAOS_SEED=${CHAOS_
   CHAOS_WORK=/tmp/walrelay-chaos-ci bash scripts/chaos.sh
 
 step "chaos run must see loss (the test-only confirm_before_ack failpoint)"
-BUILD_ROOT="$BUILD_ROOT" CHAOS_EXPECT_LOSS=1 CHAOS_SEED=${CHAOS_SEED:-20261204} \
-  CHAOS_WORK=/tmp/walrelay-chaos-ci-loss bash scripts/chaos.sh
+# Once more if it fails: librdkafka 2.0.2's mock broker process has aborted once under this
+# step's outages and kills (the verdict then cannot be read). A chaos run that cannot see
+# loss fails both times.
+chaos_loss() {
+  BUILD_ROOT="$BUILD_ROOT" CHAOS_EXPECT_LOSS=1 CHAOS_SEED=${CHAOS_SEED:-20261204} \
+    CHAOS_WORK=/tmp/walrelay-chaos-ci-loss bash scripts/chaos.sh
+}
+chaos_loss || { echo "chaos failpoint run failed; once more"; chaos_loss; }
 
 step "alert rules (promtool check rules docker/alerts.yml)"
 promtool check rules docker/alerts.yml
