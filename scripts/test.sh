@@ -101,19 +101,21 @@ cmake --build "$BUILD_ROOT/asan" -j "$JOBS" --target $unit_targets
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$BUILD_ROOT/asan" -L unit --output-on-failure -j "$JOBS"
 
-step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s, wal2json decoder for $((FUZZ_SECONDS / 3))s ($BUILD_ROOT/fuzz)"
+step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s, wal2json decoder for $((FUZZ_SECONDS / 3))s, mapper + pipeline for $((FUZZ_SECONDS / 2))s ($BUILD_ROOT/fuzz)"
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DWALRELAY_FUZZ=ON -DWALRELAY_BUILD_TESTS=OFF -DWALRELAY_BUILD_BENCH=OFF >/dev/null
-cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target pgoutput_fuzz wal2json_fuzz
-fuzz() {  # target seconds seed-corpus: new inputs go to a scratch dir, not the checked-in seeds
-  local work
+cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target pgoutput_fuzz wal2json_fuzz pipeline_fuzz
+fuzz() {  # program seconds seed-corpus...: new inputs go to a scratch dir, not the checked-in seeds
+  local program=$1 seconds=$2 work
+  shift 2
   work=$(mktemp -d)
-  "$BUILD_ROOT/fuzz/tests/decoder/$1" -max_total_time="$2" -print_final_stats=1 \
-    -artifact_prefix="$BUILD_ROOT/fuzz/$1-" "$work" "$3" 2>&1 | tail -n 8
+  "$BUILD_ROOT/fuzz/$program" -max_total_time="$seconds" -print_final_stats=1 \
+    -artifact_prefix="$BUILD_ROOT/fuzz/$(basename "$program")-" "$work" "$@" 2>&1 | tail -n 8
   rm -rf "$work"
 }
-fuzz pgoutput_fuzz "$FUZZ_SECONDS" tests/decoder/corpus
-fuzz wal2json_fuzz "$((FUZZ_SECONDS / 3))" tests/decoder/wal2json_corpus
+fuzz tests/decoder/pgoutput_fuzz "$FUZZ_SECONDS" tests/decoder/corpus
+fuzz tests/decoder/wal2json_fuzz "$((FUZZ_SECONDS / 3))" tests/decoder/wal2json_corpus
+fuzz tests/relay/pipeline_fuzz "$((FUZZ_SECONDS / 2))" tests/relay/pipeline_corpus tests/decoder/corpus
 
 step "all suites passed"
 echo "${MAIN_TOTAL:-0} passed, 0 failed"

@@ -51,6 +51,31 @@ TEST(CorpusWriter, WriteSeedCorpus) {
             wire::StreamStart(11, 0), wire::Message(11, 1, 0x180, "p", "x"), wire::StreamStop(),
             wire::StreamAbort(11, 12, std::make_pair(uint64_t{0x190}, int64_t{1})),
             wire::StreamCommit(11, 0x200, 0x240, 6)});
+  // The documented outbox table: an event, a row that cannot be mapped (NULL aggregate_id),
+  // one the pipeline fuzzer's sink refuses, a table-less event, a poison envelope; then
+  // the same through protocol v2 streaming (seeds for tests/relay/pipeline_fuzz too).
+  const auto outbox_row = [](std::string id, testing::Col aggregate_id, std::string payload) {
+    return std::vector<testing::Col>{testing::Text(id), testing::Text("e-" + id),
+                                     testing::Text("order"), aggregate_id, testing::Null(),
+                                     testing::Text("Created"), testing::Text(payload),
+                                     testing::Text(R"({"trace": "t"})"), testing::Null()};
+  };
+  sequence("seq_outbox_v1", 0,
+           {wire::Begin(0x500, 9, 30), wire::OutboxRelation(16500),
+            wire::Insert({}, 16500, outbox_row("1", testing::Text("a-1"), R"({"n": 1})")),
+            wire::Insert({}, 16500, outbox_row("2", testing::Null(), "{}")),
+            wire::Insert({}, 16500, outbox_row("3", testing::Text("a-1"), R"("REFUSE")")),
+            wire::Message({}, 1, 0x540, "outbox",
+                          R"({"event_id": "e-4", "aggregate_id": "a-2", "event_type": "X",)"
+                          R"( "aggregate_type": "order", "payload": {"n": 4}})"),
+            wire::Message({}, 1, 0x548, "outbox", R"({"event_id": 5})"),
+            wire::Commit(0x500, 0x560, 9)});
+  sequence("seq_outbox_stream_v2", 1,
+           {wire::StreamStart(31, 1), wire::OutboxRelation(16500),
+            wire::Insert(31, 16500, outbox_row("6", testing::Text("a-3"), "{}")),
+            wire::StreamStop(), wire::StreamStart(31, 0),
+            wire::Insert(31, 16500, outbox_row("7", testing::Text(""), "{}")),
+            wire::StreamStop(), wire::StreamCommit(31, 0x600, 0x640, 10)});
   sequence("seq_two_phase_v3", 2,
            {wire::BeginPrepare(0x300, 0x340, 7, 20, "g"),
             wire::Insert({}, 16384, {testing::Text("3"), testing::Null()}),
