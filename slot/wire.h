@@ -38,12 +38,16 @@ inline constexpr size_t kStandbyStatusUpdateSize = 1 + 8 + 8 + 8 + 8 + 1;
 // Seconds between the Unix epoch and the PostgreSQL epoch (2000-01-01 UTC).
 inline constexpr int64_t kPgEpochUnixSeconds = 946684800;
 
-// PostgreSQL TimestampTz <-> microseconds since the Unix epoch.
+// PostgreSQL TimestampTz <-> microseconds since the Unix epoch. Saturating: a time from
+// the stream is data (PostgreSQL's 'infinity' is INT64_MAX; corrupt bytes are anything),
+// and one out of range stays at the end of the range instead of overflowing.
 constexpr int64_t PgTimeToUnixMicros(int64_t pg_micros) {
-  return pg_micros + kPgEpochUnixSeconds * 1000000;
+  constexpr int64_t kOffset = kPgEpochUnixSeconds * 1000000;
+  return pg_micros > INT64_MAX - kOffset ? INT64_MAX : pg_micros + kOffset;
 }
 constexpr int64_t UnixMicrosToPgTime(int64_t unix_micros) {
-  return unix_micros - kPgEpochUnixSeconds * 1000000;
+  constexpr int64_t kOffset = kPgEpochUnixSeconds * 1000000;
+  return unix_micros < INT64_MIN + kOffset ? INT64_MIN : unix_micros - kOffset;
 }
 int64_t ToPgTime(std::chrono::system_clock::time_point t);
 std::chrono::system_clock::time_point FromPgTime(int64_t pg_micros);

@@ -129,6 +129,13 @@ TEST(WireTest, RejectsUnknownTypeTrailingBytesAndBadFlag) {
 TEST(WireTest, PgEpochConversions) {
   EXPECT_EQ(PgTimeToUnixMicros(0), 946684800LL * 1000000);
   EXPECT_EQ(UnixMicrosToPgTime(946684800LL * 1000000), 0);
+  // Times from the stream are data: 'infinity' or corrupt bytes saturate (pipeline_fuzz
+  // found the overflow with a Begin whose commit time was near INT64_MAX).
+  EXPECT_EQ(PgTimeToUnixMicros(INT64_MAX), INT64_MAX);
+  EXPECT_EQ(PgTimeToUnixMicros(INT64_MAX - 946684800LL * 1000000), INT64_MAX);
+  EXPECT_EQ(PgTimeToUnixMicros(INT64_MIN), INT64_MIN + 946684800LL * 1000000);
+  EXPECT_EQ(UnixMicrosToPgTime(INT64_MIN), INT64_MIN);
+  static_assert(PgTimeToUnixMicros(INT64_MAX - 1) == INT64_MAX);
   const auto t = std::chrono::system_clock::time_point(std::chrono::seconds(946684800 + 60));
   EXPECT_EQ(ToPgTime(t), 60LL * 1000000);
   EXPECT_EQ(FromPgTime(60LL * 1000000), t);
