@@ -298,6 +298,15 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       return Status::Ok();
     }
     case TransactionAssembler::Boundary::kCommit:
+      if (e.end_lsn > frame_end_) {
+        return DataLossError("transaction " + std::to_string(tx_xid_) + " (commit " +
+                             tx_commit_lsn_.ToString() + ") claims to end at " +
+                             e.end_lsn.ToString() + ", past the WAL position " +
+                             frame_end_.ToString() +
+                             " the server sent it at: the output plugin's bytes are corrupt; "
+                             "nothing from this transaction on is confirmed (the next session "
+                             "replays it)");
+      }
       tracker_.CommitTransaction(tx_, e.end_lsn);
       // A transaction that produced nothing has no ack to wait for: no pending commit, so
       // memory does not grow with transactions of other tables or empty ones (invariant 4).
@@ -390,6 +399,7 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
 Status Pipeline::HandleXLogData(const slot::XLogData& x) {
   stats_.bytes_received.fetch_add(x.data.size(), std::memory_order_relaxed);
   if (wal2json_) return HandleWal2Json(x);
+  frame_end_ = x.wal_end;
   pgoutput::DecodeOptions opts;
   opts.protocol_version = options_.protocol_version;
   Status st = pgoutput::Decode(x.data, opts, &message_);
@@ -402,6 +412,7 @@ Status Pipeline::HandleXLogData(const slot::XLogData& x) {
 }
 
 Status Pipeline::HandleWal2Json(const slot::XLogData& x) {
+  frame_end_ = x.wal_end;
   Status st = wal2json_->Decode(x.data, &wal2json_messages_);
   if (!st.ok()) return st.WithContext("at WAL position " + x.wal_start.ToString());
   for (const pgoutput::Message& m : wal2json_messages_) {

@@ -244,6 +244,10 @@ class Pipeline {
   uint64_t in_flight_bytes_ = 0;
   Status delivery_failure_;  // first failed delivery report: ends the session
   Lsn received_;
+  // wal_end of the frame being handled: the walsender sends a Commit in a frame whose
+  // wal_end is the transaction's end LSN, so a Commit claiming more is corrupt (and would
+  // confirm WAL the server never sent, skipping it for good).
+  Lsn frame_end_;
   Lsn last_sent_flush_;
   uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
   // Committed transactions not yet fully acked, with their commit time (commit-to-ack

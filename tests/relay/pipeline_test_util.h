@@ -73,8 +73,10 @@ class ScriptedSource : public slot::FrameSource {
         break;
     }
     if (step_ >= 4 + 2 * empty_) return EndOfStream();
+    // As the walsender sends them: a Commit's frame is at the transaction's end LSN.
+    const bool commit = step_ == 3 || (step_ >= 4 && (step_ - 4) % 2 == 1);
     ++step_;
-    return XLogFrame(Lsn(lsn), data_);
+    return XLogFrame(Lsn(commit ? lsn + 10 : lsn), data_);
   }
   Status SendStatus(Lsn, Lsn flush, Lsn, bool) override {
     last_flush = flush;
