@@ -43,6 +43,29 @@ using testing::Subprocess;
 constexpr int kPartitions = 24;
 constexpr int kInFlightCap = 2000;
 
+// A TCP port on 127.0.0.1 that was free a moment ago (for --ops-metrics-address).
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The value of an unlabelled sample `name` in a Prometheus text page, or -1 when absent.
+double MetricValue(const std::string& page, const std::string& name) {
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
 class RelayProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,13 +83,14 @@ class RelayProcessTest : public ::testing::Test {
     log_ = pg_->socket_dir() + "/relay.log";
   }
 
-  void StartRelay() {
-    auto p = Subprocess::Start(
-        {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
-         kafka_->bootstraps(), "--flow-status-interval-ms", "100", "--flow-max-in-flight-events",
-         std::to_string(kInFlightCap), "--flow-reconnect-min-ms", "50", "--flow-reconnect-max-ms",
-         "500"},
-        log_);
+  void StartRelay(const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> args = {
+        WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+        kafka_->bootstraps(), "--flow-status-interval-ms", "100", "--flow-max-in-flight-events",
+        std::to_string(kInFlightCap), "--flow-reconnect-min-ms", "50", "--flow-reconnect-max-ms",
+        "500"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    auto p = Subprocess::Start(args, log_);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     relay_.emplace(std::move(*p));
     const std::string not_streaming =
@@ -80,16 +104,16 @@ class RelayProcessTest : public ::testing::Test {
   }
 
   // Reads the topic until every one of `expected` distinct event ids was seen.
-  std::vector<ConsumedRecord> ConsumeDistinct(size_t expected, std::chrono::milliseconds timeout) {
-    std::set<std::string> seen;
-    size_t scanned = 0;
-    return kafka::testing::ConsumeUntil(
-        kafka_->bootstraps(), "outbox.payment", kPartitions,
-        [&](const std::vector<ConsumedRecord>& got) {
-          for (; scanned < got.size(); ++scanned) seen.insert(got[scanned].Header("event_id"));
-          return seen.size() >= expected;
-        },
-        timeout);
+  // Every record of the topic, read to the end offsets of every partition (call once the
+  // relay confirmed everything: nothing more is produced).
+  std::vector<ConsumedRecord> ConsumeToEnd(std::chrono::milliseconds timeout) {
+    const int64_t end = kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment",
+                                                     kPartitions);
+    EXPECT_GE(end, 0);
+    auto records = kafka::testing::ConsumeAll(kafka_->bootstraps(), "outbox.payment",
+                                              kPartitions, static_cast<size_t>(end), timeout);
+    EXPECT_EQ(records.size(), static_cast<size_t>(end)) << "records missing below the end offsets";
+    return records;
   }
 
   // Writes `txs` transactions of `rows` rows; payload seq numbers are global and
@@ -110,25 +134,44 @@ class RelayProcessTest : public ::testing::Test {
     done->store(true);
   }
 
-  // Every distinct event exactly as written, per-aggregate order kept after dropping
-  // duplicates. Returns the number of duplicates.
+  // Every event written by WriteOutbox arrived, and per aggregate the records are the
+  // committed order with replays only: each record is the next event of its aggregate or
+  // goes back to an earlier one (a replay restarts at the confirmed position and repeats
+  // a suffix, in order); none skips ahead, so nothing is reordered or missing. Aggregate
+  // agg-k holds seq k, k+50, k+100, ... (seq % 50 == k) in commit order. Returns the
+  // number of duplicates (records beyond one per event).
   size_t CheckDelivered(const std::vector<ConsumedRecord>& records, size_t expected) {
     std::set<std::string> ids;
-    std::map<std::string, int> last_seq;
-    size_t duplicates = 0;
+    std::map<std::string, int64_t> last;  // key -> index in its aggregate's order
+    std::map<std::string, int64_t> highest;
+    size_t duplicates = 0, violations = 0;
     for (const auto& r : records) {
-      if (!ids.insert(r.Header("event_id")).second) {
-        ++duplicates;
-        continue;
+      if (!ids.insert(r.Header("event_id")).second) ++duplicates;
+      const int64_t seq = std::stoll(r.value.substr(r.value.find(": ") + 2));
+      const int64_t k = std::stoll(r.key.substr(r.key.find('-') + 1));
+      EXPECT_EQ(seq % 50, k) << r.key << " carries seq " << seq;
+      const int64_t index = seq / 50;
+      auto [it, first] = last.emplace(r.key, index);
+      if (first) {
+        if (index != 0 && violations++ < 5) {
+          ADD_FAILURE() << r.key << " starts at its event " << index << ", not its first";
+        }
+      } else {
+        if (index > it->second + 1 && violations++ < 5) {
+          ADD_FAILURE() << r.key << " skips from its event " << it->second << " to " << index
+                        << " (partition " << r.partition << " offset " << r.offset << ")";
+        }
+        it->second = index;
       }
-      const int seq = std::stoi(r.value.substr(r.value.find(": ") + 2));
-      auto [it, first] = last_seq.emplace(r.key, seq);
-      if (!first) {
-        EXPECT_LT(it->second, seq) << "aggregate " << r.key << " out of commit order";
-        it->second = seq;
-      }
+      int64_t& h = highest[r.key];
+      h = std::max(h, index);
     }
+    EXPECT_EQ(violations, 0u) << "records out of commit order";
     EXPECT_EQ(ids.size(), expected) << "events lost";
+    for (const auto& [key, h] : highest) {
+      const int64_t k = std::stoll(key.substr(key.find('-') + 1));
+      EXPECT_EQ(h, (static_cast<int64_t>(expected) - 1 - k) / 50) << key << " misses its last events";
+    }
     return duplicates;
   }
 
@@ -154,18 +197,7 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
     std::ofstream(password_file) << "file-SECRET-2\n";
     ::chmod(password_file.c_str(), 0600);
   }
-  int metrics_port = 0;
-  {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    metrics_port = ntohs(addr.sin_port);
-    ::close(fd);
-  }
+  const int metrics_port = FreeLoopbackPort();
   const std::vector<std::string> secrets = {"uri-SECRET-1", "file-SECRET-2", "kafka-SECRET-3",
                                             "typo-SECRET-4", "nodb-SECRET-5"};
   std::string served;
@@ -262,7 +294,7 @@ TEST_F(RelayProcessTest, KillNineAtRandomMomentsLosesNothing) {
   }
   writer.join();
   ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << relay_->LogTail();
-  auto records = ConsumeDistinct(100000, 120s);
+  auto records = ConsumeToEnd(120s);
   const size_t duplicates = CheckDelivered(records, 100000);
   std::printf("kills=%d records=%zu duplicates=%zu\n", kills, records.size(), duplicates);
   // A crash replays at most what was unconfirmed: the in-flight cap plus the transaction
@@ -304,7 +336,7 @@ TEST_F(RelayProcessTest, StandbyTakesOverAfterKillNineAndLosesNothing) {
   ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << standby->LogTail();
   EXPECT_NE(standby->LogTail(200).find("took over slot walrelay"), std::string::npos)
       << standby->LogTail();
-  auto records = ConsumeDistinct(30000, 120s);
+  auto records = ConsumeToEnd(120s);
   const size_t duplicates = CheckDelivered(records, 30000);
   std::printf("records=%zu duplicates=%zu\n", records.size(), duplicates);
   EXPECT_LE(duplicates, static_cast<size_t>(kInFlightCap + 100));
@@ -366,7 +398,7 @@ TEST_F(RelayProcessTest, PollModeSetupThenKillNineAtRandomMomentsLosesNothing) {
   }
   ASSERT_EQ(*pg_->QueryScalar("SELECT count(*) FROM outbox WHERE published_at IS NULL"), "0")
       << relay_->LogTail();
-  auto records = ConsumeDistinct(30000, 120s);
+  auto records = ConsumeToEnd(120s);
   const size_t duplicates = CheckDelivered(records, 30000);
   std::printf("kills=%d records=%zu duplicates=%zu\n", kills, records.size(), duplicates);
   EXPECT_LE(duplicates, static_cast<size_t>(kills) * kBatch);
@@ -423,11 +455,10 @@ TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactio
   EXPECT_EQ(*code, 0) << relay_->LogTail();
   writer.join();
   const Lsn confirmed = ConfirmedFlush();
-  // Everything delivered so far; every transaction wholly before the confirmed position
+  // Everything delivered before it stopped (read to the end offsets: the relay has
+  // exited, nothing more arrives); every transaction wholly before the confirmed position
   // must be complete in Kafka (100 events each).
-  auto delivered = kafka::testing::ConsumeUntil(
-      kafka_->bootstraps(), "outbox.payment", kPartitions,
-      [](const std::vector<ConsumedRecord>&) { return false; }, 3s);
+  auto delivered = ConsumeToEnd(60s);
   std::map<Lsn, std::set<std::string>> by_tx;
   for (const auto& r : delivered) {
     by_tx[ParsePosition(r.Header(kPositionHeader))->lsn].insert(r.Header("event_id"));
@@ -445,12 +476,19 @@ TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactio
   // Restarted, the relay delivers the rest: nothing lost.
   StartRelay();
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << relay_->LogTail();
-  CheckDelivered(ConsumeDistinct(30000, 60s), 30000);
+  CheckDelivered(ConsumeToEnd(60s), 30000);
 }
 
+// The in-flight caps are what bound memory (README: peak RSS within 32 MB through a
+// 1,000,000-row transaction): the relay streams through a transaction 500 times its event
+// cap, /metrics sampled meanwhile never shows more events or bytes in flight than the caps
+// allow (bytes: the cap plus the one record that crossed it), and the peak RSS, which must
+// be readable, stays within 32 MB.
 TEST_F(RelayProcessTest, MillionRowTransactionInBoundedMemory) {
-  // The cap (2,000) is far below the transaction size: the relay must stream through it.
-  StartRelay();
+  constexpr int64_t kBytesCap = 64 << 10;  // binds before the event cap (~56 B per record)
+  const int metrics_port = FreeLoopbackPort();
+  StartRelay({"--flow-max-in-flight-bytes", std::to_string(kBytesCap), "--ops-metrics-address",
+              "127.0.0.1:" + std::to_string(metrics_port)});
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
                         "SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
                         "jsonb_build_object('seq', g, 'amount', g % 977, 'currency', 'EUR') "
@@ -458,16 +496,40 @@ TEST_F(RelayProcessTest, MillionRowTransactionInBoundedMemory) {
                   .ok());
   const auto start = std::chrono::steady_clock::now();
   const double cpu_before = relay_->CpuSeconds();
-  ASSERT_TRUE(WaitConfirmedPastCurrent(600s)) << relay_->LogTail();
+  std::atomic<bool> done{false};
+  double max_events = -1, max_bytes = -1;
+  int samples = 0;
+  std::thread sampler([&] {
+    httplib::Client client("127.0.0.1", metrics_port);
+    while (!done.load()) {
+      if (auto res = client.Get("/metrics"); res && res->status == 200) {
+        max_events = std::max(max_events, MetricValue(res->body, "walrelay_in_flight_events"));
+        max_bytes = std::max(max_bytes, MetricValue(res->body, "walrelay_in_flight_bytes"));
+        ++samples;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  const bool confirmed = WaitConfirmedPastCurrent(600s);
+  done.store(true);
+  sampler.join();
+  ASSERT_TRUE(confirmed) << relay_->LogTail();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = relay_->CpuSeconds() - cpu_before;
   const uint64_t peak = relay_->PeakRssBytes();
   std::printf(
       "1,000,000-row transaction: %.1f s after commit (%.0f events/s), relay CPU %.2f s "
-      "(%.2f us/event), peak RSS %.1f MB\n",
-      seconds, 1e6 / seconds, cpu, cpu, peak / 1048576.0);
-  EXPECT_LT(peak, 100ull << 20) << "relay peak RSS over 100 MB";
+      "(%.2f us/event), peak RSS %.1f MB; %d /metrics samples, at most %.0f events and %.0f "
+      "bytes in flight\n",
+      seconds, 1e6 / seconds, cpu, cpu, peak / 1048576.0, samples, max_events, max_bytes);
+  ASSERT_GT(samples, 10) << "/metrics could not be sampled while the relay streamed";
+  EXPECT_GE(max_bytes, kBytesCap / 2) << "never saw the byte cap reached: the sampling proves "
+                                          "nothing";
+  EXPECT_LE(max_events, kInFlightCap);
+  EXPECT_LE(max_bytes, kBytesCap + 1024) << "in-flight bytes past the cap plus one record";
+  ASSERT_GT(peak, 0u) << "the relay's peak RSS (VmHWM) could not be read";
+  EXPECT_LT(peak, 32ull << 20) << "relay peak RSS over the documented 32 MB";
   // 1,000,000 records are more than the mock cluster retains, so count them by the
   // partitions' end offsets: with no crash the idempotent producer writes each once.
   EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions),
