@@ -112,6 +112,10 @@ void MockCluster::PushRequestErrors(int16_t api_key, const std::vector<int>& err
   rd_kafka_mock_push_request_errors_array(mcluster_, api_key, errs.size(), errs.data());
 }
 
+void MockCluster::ClearRequestErrors(int16_t api_key) {
+  rd_kafka_mock_clear_request_errors(mcluster_, api_key);
+}
+
 void MockCluster::SetTopicError(std::string_view name, int error) {
   const std::string topic(name);
   rd_kafka_mock_topic_set_error(mcluster_, topic.c_str(), static_cast<rd_kafka_resp_err_t>(error));

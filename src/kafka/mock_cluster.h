@@ -68,6 +68,8 @@ class MockCluster {
   // The next errors.size() requests of Kafka API `api_key` (e.g. 0 = Produce) fail with
   // these rd_kafka_resp_err_t codes, in order (RD_KAFKA_RESP_ERR__TRANSPORT disconnects).
   void PushRequestErrors(int16_t api_key, const std::vector<int>& errors);
+  // Drops the errors still pushed for `api_key`.
+  void ClearRequestErrors(int16_t api_key);
 
   // Every request about topic `name` fails with `error` from now on (0 clears it), e.g.
   // UNKNOWN_TOPIC_OR_PART for a topic that does not exist (the mock would otherwise

@@ -570,6 +570,68 @@ TEST_F(RelayTest, FatalProducerErrorStartsANewSession) {
   EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
 }
 
+// Issue 18 item 1: while Kafka fails every produce request of a transaction, the slot is
+// never confirmed at or past that transaction's commit, whatever the failure: fatal for
+// the idempotent producer (out of sequence: each session ends and a new one starts) or a
+// broker-side refusal the producer retries (not enough replicas). Once the broker accepts
+// again, every event arrives.
+TEST_F(RelayTest, FailingProduceRequestsConfirmNothingPastTheirTransaction) {
+  size_t events = 0;
+  for (const int error : {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                          RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS}) {
+    events += 21;
+    SCOPED_TRACE(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(error)));
+    StartRelay();
+    WriteEvents(0, 1, 1);
+    ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+    const uint64_t produced_before = relay_->stats().events_produced.load();
+    const uint64_t restarts_before = relay_->stats().restarts.load();
+    kafka_->PushRequestErrors(0, std::vector<int>(100000, error));
+    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
+                          "payload) SELECT 'payment', 'agg-' || g, 'Failing', "
+                          "jsonb_build_object('err', " + std::to_string(error) + ") FROM "
+                          "generate_series(1, 20) g")
+                    .ok());
+    // Sample the slot while the failure lasts: until the transaction was produced (and,
+    // for the fatal error, at least two sessions failed on it), and a second more.
+    std::vector<Lsn> confirmed;
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    auto failing_long_enough = [&] {
+      return relay_->stats().events_produced.load() >= produced_before + 20 &&
+             (error != RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER ||
+              relay_->stats().restarts.load() >= restarts_before + 2);
+    };
+    while (!failing_long_enough() && std::chrono::steady_clock::now() < until) {
+      confirmed.push_back(ConfirmedFlush());
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(failing_long_enough()) << "the failure never took hold";
+    for (auto end = std::chrono::steady_clock::now() + 1s; std::chrono::steady_clock::now() < end;) {
+      confirmed.push_back(ConfirmedFlush());
+      std::this_thread::sleep_for(20ms);
+    }
+    kafka_->ClearRequestErrors(0);
+    ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+    // The failing transaction's commit LSN, from the records that finally arrived.
+    ASSERT_GE(DistinctEventIds(events, 20s).size(), events);
+    std::optional<Lsn> commit;
+    const std::string value = "{\"err\": " + std::to_string(error) + "}";
+    const int64_t end = kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment",
+                                                     kPartitions);
+    for (const ConsumedRecord& r : ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
+                                              static_cast<size_t>(end), 20s)) {
+      if (r.value == value) commit = ParsePosition(r.Header(kPositionHeader))->lsn;
+    }
+    ASSERT_TRUE(commit.has_value()) << "the failing transaction never arrived";
+    for (const Lsn c : confirmed) {
+      ASSERT_LE(c, *commit) << "confirmed " << c.ToString() << " while the transaction committed at "
+                            << commit->ToString() << " was failing";
+    }
+    StopRelay();
+    ASSERT_TRUE(pg_->Exec("TRUNCATE outbox").ok());
+  }
+}
+
 // Issue 10 item 2: the broker refuses a batch of small records (as for a topic whose
 // max.message.bytes is below the batch): none of them is dead-lettered; the session
 // restarts with a smaller batch.size and they all arrive.
