@@ -104,7 +104,8 @@ OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea, in
 Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
-                                DeadLetterSink& dead_letters, RelayStats& stats) {
+                                DeadLetterSink& dead_letters, RelayStats& stats,
+                                const std::atomic<bool>* stop) {
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "recovery connection"));
   WALRELAY_RETURN_IF_ERROR(
@@ -133,7 +134,8 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& co
                    " on, the oldest one running at the recorded bound";
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
-      PublishRows(config, conn.get(), selection, consistent_point, sink, dead_letters, stats));
+      PublishRows(config, conn.get(), selection, consistent_point, sink, dead_letters, stats,
+                  stop));
   WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
   result.new_bound = std::move(new_bound);
   return result;
@@ -151,12 +153,20 @@ std::string RowOrder(const RelayConfig& config, uint64_t from_xid) {
 Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
                                    const RowSelection& selection, Lsn position_lsn,
                                    RecordSink& sink, DeadLetterSink& dead_letters,
-                                   RelayStats& stats) {
+                                   RelayStats& stats, const std::atomic<bool>* stop) {
   const std::string& name = selection.log_name;
   const std::string& where = selection.where;
   const Lsn consistent_point = position_lsn;
   BackfillResult result;
   uint64_t pending = 0;
+  // Asked to stop: what was produced is confirmed to no one, so the caller redoes it all.
+  auto stopped = [&] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
+  auto cancelled = [&] {
+    return CancelledError(name + ": stopped with " + std::to_string(pending) + " of " +
+                          std::to_string(result.published) +
+                          " produced rows not yet acknowledged by Kafka; the next run publishes "
+                          "the whole selection again (duplicates, nothing lost)");
+  };
   Status failure;
   // A record the broker refused for good (e.g. larger than its limit) is dead-lettered
   // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
@@ -275,6 +285,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
           sink.Poll(std::chrono::milliseconds(10));
           if (!failure.ok()) return failure;
+          if (stopped()) return cancelled();
           if (Clock::now() - last_report >= kReportEvery) report(false);
         }
         Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal,
@@ -300,6 +311,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       }
       sink.Poll(std::chrono::milliseconds(0));
       if (!failure.ok()) return failure;
+      if (stopped()) return cancelled();
       if (Clock::now() - last_report >= kReportEvery) report(false);
     }
     WALRELAY_RETURN_IF_ERROR(Exec(conn, "CLOSE backfill", "closing the cursor"));
@@ -308,6 +320,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   while (pending != 0 && failure.ok()) {
     sink.Poll(std::chrono::milliseconds(100));
     WALRELAY_RETURN_IF_ERROR(sink.Fatal());
+    if (stopped()) return cancelled();
     if (Clock::now() - last_report >= kReportEvery) {
       spdlog::warn("{}: waiting for {} acks", name, pending);
       last_report = Clock::now();

@@ -89,10 +89,12 @@ struct BackfillResult {
 // Publishes the rows described above and waits for every ack. `snapshot` is the exported
 // snapshot of the new slot, `consistent_point` its start; `bound` the recorded bound.
 // kFailedPrecondition (an operator must act) when the bound is too old to compare xids.
+// `stop` (may be null): set, it ends the work at once with kCancelled (see PublishRows).
 Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
-                                DeadLetterSink& dead_letters, RelayStats& stats);
+                                DeadLetterSink& dead_letters, RelayStats& stats,
+                                const std::atomic<bool>* stop = nullptr);
 
 // Which outbox rows PublishRows publishes: a SQL predicate over each table's columns
 // (system columns such as xmin included), their order, and words for the log.
@@ -126,11 +128,13 @@ std::string RowOrder(const RelayConfig& config, uint64_t from_xid);
 // cannot be mapped or that Kafka refuses for good are dead-lettered (recovered); progress
 // is logged at least every 10 s; returns once Kafka acked every record. Any other
 // failure ends it: then some rows may have been published and none is confirmed to
-// anyone, so the whole selection can simply be published again.
+// anyone, so the whole selection can simply be published again. So does `stop` (may be
+// null) once set, with kCancelled, also while waiting for acks from brokers that are
+// down: a relay asked to stop mid-recovery stops, and the next run redoes the recovery.
 Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
                                    const RowSelection& selection, Lsn position_lsn,
                                    RecordSink& sink, DeadLetterSink& dead_letters,
-                                   RelayStats& stats);
+                                   RelayStats& stats, const std::atomic<bool>* stop = nullptr);
 
 // The number of transactions between the bound's xmin and `xmax` (the xmax of a current
 // snapshot): the span of xids recovery compares rows against. kDataLoss, with the fix (no

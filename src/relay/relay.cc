@@ -309,7 +309,7 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
       Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, *progress.bound,
-               *sink_, *dead_letters_, stats_));
+               *sink_, *dead_letters_, stats_, &relay_.stop_));
   // Every transaction visible in the new slot's snapshot is now delivered: it is the bound.
   WALRELAY_RETURN_IF_ERROR(progress_->SaveBound(config_.slot, result.new_bound));
   bound_recorded_ = true;

@@ -451,7 +451,17 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "); and restart walrelay with create_slot on. Rows already deleted from the outbox "
           "cannot be recovered. Prevent it: alert on `walrelay lag` and size "
           "max_slot_wal_keep_size for your longest outage";
-      if (options.lost_slot_is_error) return FailedPreconditionError(msg);
+      if (options.lost_slot_is_error) {
+        // The relay's --recovery-enabled false: the same words as Session::Recover's refusal.
+        return DataLossError(
+            "replication slot " + config.slot + " is lost (" +
+            slot::ExplainSlotInvalidation(info->invalidation_reason) +
+            ") and --recovery-enabled is false: events after the recorded progress may be "
+            "undelivered. Enable recovery (it republishes from the outbox tables the rows "
+            "after the recorded bound), or drop the progress rows of this slot in " +
+            config.progress_table + " and the slot (SELECT pg_drop_replication_slot(" +
+            QuoteLiteral(config.slot) + ")) to start fresh knowingly");
+      }
       warn(msg);
     } else if (info->wal_status == "unreserved") {
       warn("replication slot \"" + config.slot +

@@ -181,8 +181,9 @@ class SlotGuard {
 inline constexpr int kMinServerVersionNum = 140000;
 
 struct StartupCheckOptions {
-  // When true, a lost slot is an error (kFailedPrecondition); when false (the relay will
-  // recover it), it is a warning and StartupReport::slot_lost is set.
+  // When true (the relay with --recovery-enabled false), a lost slot is an error
+  // (kDataLoss: no retry can fix it); when false (the relay will recover it), it is a
+  // warning and StartupReport::slot_lost is set.
   bool lost_slot_is_error = true;
   // Thresholds, only to warn when a fraction cannot apply (unlimited keep size).
   Threshold warn;
@@ -204,7 +205,7 @@ struct StartupReport {
 //   4. the slot: missing and create_slot off    kFailedPrecondition;
 //                not logical, or its plugin is  kFailedPrecondition
 //                not config.plugin
-//                invalidated (wal_status 'lost' kFailedPrecondition (or a warning, see
+//                invalidated (wal_status 'lost' kDataLoss (or a warning, see
 //                or invalidation_reason)
 //                                               lost_slot_is_error); 'unreserved' warns
 //   5. the publication covers config.tables     missing table: kNotFound; a partition

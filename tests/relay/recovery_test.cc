@@ -59,6 +59,33 @@ class RecoveryTest : public RelayTest {
               "lost");
   }
 
+  // Every record in the topic (read to the end offsets) against the outbox table: the event
+  // ids are exactly the table's, and those marked recovered (walrelay.position r=1) are
+  // exactly the rows with payload seq >= `first_recovered`.
+  void ExpectTopicMatchesTable(int first_recovered) {
+    const int64_t end = kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment",
+                                                     kPartitions);
+    auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
+                              static_cast<size_t>(end), 60s);
+    ASSERT_EQ(records.size(), static_cast<size_t>(end));
+    std::set<std::string> ids, recovered_ids, expected_recovered;
+    for (const auto& r : records) {
+      ids.insert(r.Header("event_id"));
+      auto position = ParsePosition(r.Header(kPositionHeader));
+      ASSERT_TRUE(position) << r.Header(kPositionHeader);
+      if (position->recovered) recovered_ids.insert(r.Header("event_id"));
+    }
+    auto table = pg_->Query("SELECT event_id::text, (payload->>'seq')::int FROM outbox");
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    std::set<std::string> table_ids;
+    for (const auto& row : *table) {
+      table_ids.insert(*row[0]);
+      if (std::stoi(*row[1]) >= first_recovered) expected_recovered.insert(*row[0]);
+    }
+    EXPECT_EQ(ids, table_ids) << "the topic's event ids differ from the outbox table's";
+    EXPECT_EQ(recovered_ids, expected_recovered) << "rows marked recovered";
+  }
+
   // Waits until the relay recorded a recovery bound that sees every outbox row committed
   // so far, i.e. they are all known delivered (xids of a fresh cluster: epoch 0). A
   // progress table without bound_snapshot (versions that recorded ids and saved them on
@@ -99,6 +126,97 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
       "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
   ASSERT_TRUE(recovering.ok());
   EXPECT_EQ(*recovering, "f");
+}
+
+// A dropped slot (not lost: someone ran pg_drop_replication_slot) is recovered the same
+// way: exactly the rows after the recorded bound are republished, marked recovered, and
+// the topic then holds exactly the table's events.
+TEST_F(RecoveryTest, DroppedSlotRepublishesExactlyTheRowsAfterTheBound) {
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  WriteEvents(500, 3, 100);  // 300 events the dropped slot will never stream
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+  EXPECT_EQ(relay_->stats().events_produced.load(), 300u);
+  ExpectTopicMatchesTable(500);
+}
+
+// --recovery-enabled false: a lost slot ends the run with the reason and the way out;
+// nothing is touched (the slot stays lost, no recovery is marked, nothing is published).
+TEST_F(RecoveryTest, RecoveryDisabledRefusesALostSlotAndTouchesNothing) {
+  StartRelay();
+  WriteEvents(0, 2, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  WriteEvents(200, 2, 100);
+  LoseSlot();
+  ASSERT_FALSE(HasFailure());
+  const int64_t published =
+      kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
+  config_.recovery_enabled = false;
+  relay_ = std::make_unique<Relay>(config_);
+  std::atomic<bool> returned{false};
+  thread_ = std::thread([this, &returned] {
+    run_status_ = relay_->Run();
+    returned.store(true);
+  });
+  for (int i = 0; i < 600 && !returned.load(); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(returned.load()) << "Run() kept retrying a lost slot it may not recover";
+  StopRelay();
+  EXPECT_EQ(run_status_.code(), StatusCode::kDataLoss) << run_status_.ToString();
+  EXPECT_NE(run_status_.message().find("--recovery-enabled is false"), std::string::npos)
+      << run_status_.message();
+  EXPECT_EQ(*pg_->QueryScalar(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
+            "lost");
+  EXPECT_EQ(*pg_->QueryScalar(
+                "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'"),
+            "f");
+  EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions),
+            published);
+}
+
+// A recovery interrupted before it finished (here the relay stops while the brokers are
+// down, so nothing it republished was acknowledged) is redone by the next run from the
+// same bound: the topic ends with exactly the table's events, nothing lost.
+TEST_F(RecoveryTest, InterruptedRecoveryIsRedoneFromTheSameBound) {
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  WriteEvents(500, 5, 100);
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  bool recovering = false;
+  for (int i = 0; i < 600 && !recovering; ++i) {
+    std::this_thread::sleep_for(50ms);
+    auto v = pg_->QueryScalar(
+        "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
+    recovering = v.ok() && *v == "t";
+  }
+  ASSERT_TRUE(recovering) << "the relay never started recovering";
+  std::this_thread::sleep_for(500ms);  // republishing against brokers that are down
+  StopRelay();
+  EXPECT_EQ(*pg_->QueryScalar(
+                "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'"),
+            "t")
+      << "an unfinished recovery was marked done";
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  EXPECT_EQ(*pg_->QueryScalar(
+                "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'"),
+            "f");
+  ExpectTopicMatchesTable(500);
 }
 
 // A lost slot that walrelay never recorded progress for (made by hand or by setup): no

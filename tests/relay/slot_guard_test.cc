@@ -458,8 +458,10 @@ TEST(SlotGuardLostTest, InvalidatedSlotIsLostForGuardAndStartupChecks) {
   config.publication = "lost_pub";
   config.tables = {"outbox"};
   Status err = StartupChecks(config).status();
-  EXPECT_EQ(err.code(), StatusCode::kFailedPrecondition) << err.ToString();
+  // As the relay runs it with --recovery-enabled false: no retry can fix it.
+  EXPECT_EQ(err.code(), StatusCode::kDataLoss) << err.ToString();
   EXPECT_NE(err.message().find("wal_status 'lost'"), std::string::npos) << err.message();
+  EXPECT_NE(err.message().find("--recovery-enabled is false"), std::string::npos) << err.message();
   EXPECT_NE(err.message().find("pg_drop_replication_slot('lost_slot')"), std::string::npos);
   StartupCheckOptions recover;
   recover.lost_slot_is_error = false;
