@@ -9,7 +9,9 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include <atomic>
+#include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -225,6 +227,46 @@ TEST_F(InboxTest, TransientFailuresAreRetriedAndAppliedOnce) {
   EXPECT_EQ(applied_order, (std::vector<std::string>{"evt-0", "evt-1", "evt-2", "evt-3"}));
   EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), 4);
   EXPECT_EQ(QueryInt(*pg_, "SELECT sum(balance) FROM wallet"), 1 + 2 + 3 + 4);
+}
+
+// Issue 18 item 6: a handler that throws (a bug in the service, a library that throws)
+// neither crashes the consumer nor skips the message: the exception is a failure like any
+// other (rolled back, the write it made undone, retried), and the message after it waits.
+TEST_F(InboxTest, HandlerThatThrowsIsRolledBackAndRetried) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  std::vector<Event> events = {Payment(0), Payment(1), Payment(2)};
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  std::mutex mu;
+  std::map<std::string, int> attempts;
+  std::vector<std::string> applied_order;
+  Handler throwing = [&](const InboxMessage& m, Transaction& tx) -> Status {
+    int attempt;
+    {
+      std::lock_guard lock(mu);
+      attempt = ++attempts[std::string(m.event_id)];
+    }
+    WALRELAY_RETURN_IF_ERROR(ledger::CreditWallet(m, tx));  // undone by the rollback
+    if (m.event_id == "evt-1" && attempt == 1) throw std::runtime_error("bug in the handler");
+    if (m.event_id == "evt-1" && attempt == 2) throw 42;  // not even a std::exception
+    std::lock_guard lock(mu);
+    applied_order.emplace_back(m.event_id);
+    return Status::Ok();
+  };
+  InboxStats s = RunUntil(Options("g", "payments"), throwing,
+                          [](const InboxStats& s) { return s.applied >= 3; });
+  EXPECT_EQ(s.applied, 3u);
+  EXPECT_EQ(s.dead_lettered, 0u);
+  EXPECT_EQ(s.retries, 2u);
+  EXPECT_EQ(attempts["evt-1"], 3);
+  // A batch-mate of the failed message may be handled again (its batch rolled back too),
+  // but evt-2 is handled only after evt-1 went through.
+  const auto last_1 = std::find(applied_order.rbegin(), applied_order.rend(), "evt-1");
+  const auto first_2 = std::find(applied_order.begin(), applied_order.end(), "evt-2");
+  ASSERT_NE(last_1, applied_order.rend());
+  ASSERT_NE(first_2, applied_order.end());
+  EXPECT_LT(applied_order.rend() - last_1 - 1, first_2 - applied_order.begin());
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), 3);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT sum(balance) FROM wallet"), 1 + 2 + 3);
 }
 
 // Issue test 6: an inbox retention shorter than the replay window is refused at start.
