@@ -196,13 +196,14 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   }
   // Built only on the error paths: Read() runs once per message.
   auto context = [this] { return "replication stream of slot " + slot_; };
-  const auto deadline = Clock::now() + timeout;
+  // The clock is read only once the buffered messages ran out (not per message): the
+  // deadline from then, and the time the last buffered bytes were taken as "received".
+  std::optional<Clock::time_point> deadline;
   for (;;) {
     char* buf = nullptr;
     const int n = PQgetCopyData(conn_.get(), &buf, /*async=*/1);
     if (n > 0) {
-      last_received_ = Clock::now();
-      reply_requested_at_.reset();
+      received_unstamped_ = true;
       copy_buf_ = buf;
       auto msg = ParseServerMessage(std::string_view(buf, static_cast<size_t>(n)));
       if (!msg.ok()) return msg.status().WithContext(context());
@@ -244,10 +245,16 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       return UnavailableError(context() + ": sending failed: " + PQerrorMessage(conn_.get()));
     }
     const auto now = Clock::now();
-    auto wake = deadline;
+    if (!deadline) deadline = now + timeout;
+    if (received_unstamped_) {  // messages were handed out since bytes were last stamped
+      last_received_ = now;
+      reply_requested_at_.reset();
+      received_unstamped_ = false;
+    }
+    auto wake = *deadline;
     WALRELAY_RETURN_IF_ERROR(CheckLiveness(now, &wake));
-    if (now >= deadline) return Frame{};
-    wake = std::min(wake, deadline);
+    if (now >= *deadline) return Frame{};
+    wake = std::min(wake, *deadline);
     const auto wait_ms =
         std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wake - now).count());
     pollfd pfd{};

@@ -167,6 +167,7 @@ class ReplicationConnection : public FrameSource {
   PgConnPtr conn_;
   std::chrono::milliseconds silence_limit_{0};  // wal_sender_timeout; 0 = no check
   std::chrono::steady_clock::time_point last_received_;
+  bool received_unstamped_ = false;  // messages returned since last_received_ was set
   std::optional<std::chrono::steady_clock::time_point> reply_requested_at_;
   StandbyStatusUpdate last_status_{};  // repeated by the reply request
   char* copy_buf_ = nullptr;           // libpq-allocated; backs the last Frame's xlog.data

@@ -441,6 +441,32 @@ Status Pipeline::SendStatus(bool reply_requested) {
   return Status::Ok();
 }
 
+Status Pipeline::HandleFrame(const slot::Frame& frame, bool* ended) {
+  switch (frame.kind) {
+    case slot::Frame::Kind::kXLogData:
+      return HandleXLogData(frame.xlog);
+    case slot::Frame::Kind::kKeepalive: {
+      const slot::PrimaryKeepalive& k = frame.keepalive;
+      stats_.server_wal_end.store(k.wal_end.value, std::memory_order_relaxed);
+      if (k.wal_end > received_) received_ = k.wal_end;
+      // Everything before this keepalive has been read; with nothing open or in flight
+      // its position can be confirmed (an idle outbox must not pin WAL).
+      if (!assembler_.in_transaction()) tracker_.ObserveIdlePosition(k.wal_end);
+      if (k.reply_requested) return SendStatus(false);
+      return Status::Ok();
+    }
+    case slot::Frame::Kind::kEndOfStream:
+      if (options_.end_of_stream_is_error) {
+        return UnavailableError("the server ended the replication stream");
+      }
+      *ended = true;
+      return Status::Ok();
+    case slot::Frame::Kind::kTimeout:
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
 Status Pipeline::Run(const std::atomic<bool>& stop) {
   while (!stop.load(std::memory_order_relaxed)) {
     if (options_.tick && Clock::now() >= next_tick_) {
@@ -466,27 +492,20 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     auto wait = std::chrono::duration_cast<milliseconds>(next_status_ - Clock::now());
     wait = std::clamp(wait, milliseconds(0), milliseconds(tracker_.InFlightEvents() ? 1 : 100));
     WALRELAY_ASSIGN_OR_RETURN(slot::Frame frame, source_.Read(wait));
-    switch (frame.kind) {
-      case slot::Frame::Kind::kXLogData:
-        WALRELAY_RETURN_IF_ERROR(HandleXLogData(frame.xlog));
-        break;
-      case slot::Frame::Kind::kKeepalive: {
-        const slot::PrimaryKeepalive& k = frame.keepalive;
-        stats_.server_wal_end.store(k.wal_end.value, std::memory_order_relaxed);
-        if (k.wal_end > received_) received_ = k.wal_end;
-        // Everything before this keepalive has been read; with nothing open or in flight
-        // its position can be confirmed (an idle outbox must not pin WAL).
-        if (!assembler_.in_transaction()) tracker_.ObserveIdlePosition(k.wal_end);
-        if (k.reply_requested) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+    // Then what the source already holds, up to kBurst frames, without the per-iteration
+    // work above (delivery reports, clock reads, status checks): it is amortised over the
+    // burst. The burst ends at the first frame that is not XLogData (a keepalive, a
+    // timeout: nothing buffered) or when the in-flight caps are reached.
+    constexpr int kBurst = 64;
+    for (int i = 0;; ++i) {
+      bool ended = false;
+      WALRELAY_RETURN_IF_ERROR(HandleFrame(frame, &ended));
+      if (ended) return Drain();
+      if (frame.kind != slot::Frame::Kind::kXLogData || i + 1 == kBurst || AtCapacity() ||
+          stop.load(std::memory_order_relaxed)) {
         break;
       }
-      case slot::Frame::Kind::kEndOfStream:
-        if (options_.end_of_stream_is_error) {
-          return UnavailableError("the server ended the replication stream");
-        }
-        return Drain();
-      case slot::Frame::Kind::kTimeout:
-        break;
+      WALRELAY_ASSIGN_OR_RETURN(frame, source_.Read(milliseconds(0)));
     }
   }
   return Drain();

@@ -175,6 +175,9 @@ class Pipeline {
   Lsn confirmed_lsn() const { return last_sent_flush_; }
 
  private:
+  // One frame from the source; *ended is set at the end of a recording (a live stream's
+  // end is an error).
+  Status HandleFrame(const slot::Frame& frame, bool* ended);
   Status HandleXLogData(const slot::XLogData& x);
   // config.plugin == "wal2json": one document -> its messages, through HandleMessage.
   Status HandleWal2Json(const slot::XLogData& x);
