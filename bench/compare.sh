@@ -15,13 +15,18 @@
 #    confirmed; the end is when the slot's confirmed_flush_lsn reaches END);
 # 4. records the backlog once (`walrelay record`) and replays it into the null sink and
 #    into the dev broker (`walrelay replay --json`).
+# Each drain runs twice: unpinned, and pinned (MODES="unpinned pinned"): the walsender on
+# CPU 0 (taskset once it shows up), the client under test and the dev broker on CPU 1, so
+# that on 2 cores neither client competes with the walsender for a core.
 # Prints rows/s, CPU seconds of each client and of its walsender (/proc/<pid>/stat of
 # pg_stat_replication.pid, sampled every 20 ms while it lives), the client's peak RSS,
 # and the walrelay / pg_recvlogical ratios.
 #
 # Env: BUILD (build dir with walrelay and walrelay-devbroker; default build-bench, built
 # when missing), WORK (default /tmp/walrelay-compare), PARTITIONS (default 16),
-# REPLAY (default 1), KEEP=1 keeps the cluster and files.
+# REPLAY (default 1), KEEP=1 keeps the cluster and files, PERF=1 runs walrelay under
+# `perf record -g` (every thread; $WORK/perf-<transport>.data, `perf report -i`): for
+# profiles only, its CPU figures then include perf's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -32,6 +37,7 @@ BUILD=${BUILD:-build-bench}
 WORK=${WORK:-/tmp/walrelay-compare}
 PARTITIONS=${PARTITIONS:-16}
 REPLAY=${REPLAY:-1}
+MODES=${MODES:-unpinned pinned}
 WALRELAY=$ROOT/$BUILD/src/cli/walrelay
 DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
 CLK_TCK=$(getconf CLK_TCK)
@@ -92,7 +98,10 @@ CREATE TABLE outbox (
 );
 CREATE PUBLICATION walrelay_outbox FOR TABLE outbox;
 SQL
-SLOTS="pgr_unix pgr_tcp wr_unix wr_tcp"
+SLOTS=""
+for m in $MODES; do
+  for t in unix tcp; do SLOTS="$SLOTS pgr_${t}_$m wr_${t}_$m"; done
+done
 [[ $REPLAY == 1 ]] && SLOTS="$SLOTS rec"
 for s in $SLOTS; do
   psql -X -q -v ON_ERROR_STOP=1 -d "$DSN_unix" \
@@ -159,20 +168,34 @@ walsender_of() {  # walsender_of APPNAME SLOT -> pid (waits until it shows up)
   done
 }
 
+# pin MODE WALSENDER_PID: in pinned mode the walsender goes to CPU 0 and the dev broker
+# (every thread) to CPU 1; unpinned, both may run anywhere. CLIENT_PIN prefixes the client.
+pin() {
+  if [[ $1 == pinned ]]; then
+    taskset -p -c 0 "$2" >/dev/null
+    taskset -a -p -c 1 "$BROKER_PID" >/dev/null
+  else
+    taskset -a -p -c 0-$(( $(nproc) - 1 )) "$BROKER_PID" >/dev/null
+  fi
+}
+client_pin() { [[ $1 == pinned ]] && echo "taskset -c 1" || true; }
+
 declare -A RATE CPU WSCPU RSS WALL BROKERCPU
 RESULT_LINES=()
 
-run_recvlogical() {  # transport
-  local t=$1 dsn_var="DSN_$1" slot="pgr_$1"
-  log "pg_recvlogical over $t"
+run_recvlogical() {  # transport mode
+  local t=$1 m=$2 dsn_var="DSN_$1" slot="pgr_$1_$2"
+  log "pg_recvlogical over $t ($m)"
   local t0 t1 ws ws_cpu="" c
   t0=$(date +%s.%N)
-  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" \
+  # shellcheck disable=SC2046
+  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" $(client_pin "$m") \
     pg_recvlogical -d "${!dsn_var}" -S "$slot" --start --no-loop -E "$END" \
     -o proto_version=1 -o publication_names=walrelay_outbox -P pgoutput -f /dev/null \
     2>"$WORK/$slot.log" &
   local pid=$!
   ws=$(walsender_of pg_recvlogical "$slot")
+  pin "$m" "$ws"
   while kill -0 "$pid" 2>/dev/null; do
     c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
     sleep 0.02
@@ -180,7 +203,7 @@ run_recvlogical() {  # transport
   wait "$pid" || { cat "$WORK/$slot.log" >&2; exit 1; }
   t1=$(date +%s.%N)
   read -r _ user sys maxrss <"$WORK/time.$slot"
-  local key="pg_recvlogical/$t"
+  local key="pg_recvlogical/$t/$m"
   WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
   RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
   CPU[$key]=$(awk "BEGIN{printf \"%.2f\", $user+$sys}")
@@ -188,17 +211,21 @@ run_recvlogical() {  # transport
   RSS[$key]=$(awk "BEGIN{printf \"%.1f\", $maxrss/1024}")
 }
 
-run_walrelay() {  # transport
-  local t=$1 dsn_var="DSN_$1" slot="wr_$1"
-  log "walrelay run over $t"
+run_walrelay() {  # transport mode
+  local t=$1 m=$2 dsn_var="DSN_$1" slot="wr_$1_$2"
+  log "walrelay run over $t ($m)"
   local t0 t1 ws ws_cpu="" c cpu="" hwm="" confirmed broker0 broker1
   broker0=$(cpu_of "$BROKER_PID")
   t0=$(date +%s.%N)
-  "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
+  local perf=()
+  [[ ${PERF:-0} == 1 ]] && perf=(perf record -q -F 1999 -g -o "$WORK/perf-$t-$m.data" --)
+  # shellcheck disable=SC2046
+  LD_PRELOAD=${WALRELAY_PRELOAD:-} $(client_pin "$m") "${perf[@]}" "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
     --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
     >"$WORK/$slot.log" 2>&1 &
   local pid=$!
   ws=$(walsender_of walrelay "$slot")
+  pin "$m" "$ws"
   while :; do
     kill -0 "$pid" 2>/dev/null || { cat "$WORK/$slot.log" >&2; exit 1; }
     c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
@@ -210,7 +237,7 @@ run_walrelay() {  # transport
   cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid"); broker1=$(cpu_of "$BROKER_PID")
   c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
   kill -TERM "$pid"; wait "$pid" || true
-  local key="walrelay/$t"
+  local key="walrelay/$t/$m"
   WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
   RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
   CPU[$key]=$(ticks_s "$cpu")
@@ -220,10 +247,13 @@ run_walrelay() {  # transport
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-for t in unix tcp; do
-  run_recvlogical "$t"
-  run_walrelay "$t"
+for m in $MODES; do
+  for t in unix tcp; do
+    run_recvlogical "$t" "$m"
+    run_walrelay "$t" "$m"
+  done
 done
+pin unpinned ""
 
 REPLAY_NULL="" REPLAY_KAFKA=""
 if [[ $REPLAY == 1 ]]; then
@@ -241,17 +271,21 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 echo
 echo "walrelay vs pg_recvlogical: $ROWS rows, $TX-row transactions, ~$PAYLOAD-byte payloads, PostgreSQL $PGVERSION"
 echo "machine: $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), load average before $LOAD_BEFORE, after $LOAD_AFTER"
-printf '%-22s %10s %9s %11s %14s %10s %12s\n' client rows/s wall_s client_cpu_s walsender_cpu_s peak_rss_MB devbroker_cpu_s
-for t in unix tcp; do
-  for c in pg_recvlogical walrelay; do
-    k="$c/$t"
-    printf '%-22s %10s %9s %11s %14s %10s %12s\n' "$k" "${RATE[$k]}" "${WALL[$k]}" "${CPU[$k]}" "${WSCPU[$k]}" "${RSS[$k]}" "${BROKERCPU[$k]:--}"
+printf '%-31s %10s %9s %11s %14s %10s %12s\n' client rows/s wall_s client_cpu_s walsender_cpu_s peak_rss_MB devbroker_cpu_s
+for m in $MODES; do
+  for t in unix tcp; do
+    for c in pg_recvlogical walrelay; do
+      k="$c/$t/$m"
+      printf '%-31s %10s %9s %11s %14s %10s %12s\n' "$k" "${RATE[$k]}" "${WALL[$k]}" "${CPU[$k]}" "${WSCPU[$k]}" "${RSS[$k]}" "${BROKERCPU[$k]:--}"
+    done
   done
 done
-for t in unix tcp; do
-  awk -v t="$t" -v wr="${RATE[walrelay/$t]}" -v pr="${RATE[pg_recvlogical/$t]}" \
-      -v wc="${CPU[walrelay/$t]}" -v pc="${CPU[pg_recvlogical/$t]}" -v rows="$ROWS" \
-      'BEGIN{printf "ratio walrelay/pg_recvlogical over %s: rate %.3f, client CPU %.2f; walrelay CPU per event %.3f us, pg_recvlogical %.3f us\n", t, wr/pr, (pc>0?wc/pc:0), wc*1e6/rows, pc*1e6/rows}'
+for m in $MODES; do
+  for t in unix tcp; do
+    awk -v t="$t ($m)" -v wr="${RATE[walrelay/$t/$m]}" -v pr="${RATE[pg_recvlogical/$t/$m]}" \
+        -v wc="${CPU[walrelay/$t/$m]}" -v pc="${CPU[pg_recvlogical/$t/$m]}" -v rows="$ROWS" \
+        'BEGIN{printf "ratio walrelay/pg_recvlogical over %s: rate %.3f, client CPU %.2f; walrelay CPU per event %.3f us, pg_recvlogical %.3f us\n", t, wr/pr, (pc>0?wc/pc:0), wc*1e6/rows, pc*1e6/rows}'
+  done
 done
 if [[ $REPLAY == 1 ]]; then
   echo "replay null sink:  $REPLAY_NULL"
