@@ -59,6 +59,31 @@ class RecoveryTest : public RelayTest {
               "lost");
   }
 
+  // Runs a relay until Run() returns by itself (a refusal no retry can fix) or `timeout`
+  // passes; then stops it. True when it returned by itself (run_status_ holds its result).
+  bool RunUntilItReturns(std::chrono::seconds timeout) {
+    relay_ = std::make_unique<Relay>(config_);
+    std::atomic<bool> returned{false};
+    thread_ = std::thread([this, &returned] {
+      run_status_ = relay_->Run();
+      returned.store(true);
+    });
+    for (auto until = std::chrono::steady_clock::now() + timeout;
+         !returned.load() && std::chrono::steady_clock::now() < until;) {
+      std::this_thread::sleep_for(50ms);
+    }
+    const bool by_itself = returned.load();
+    StopRelay();
+    return by_itself;
+  }
+
+  // The progress row's recovering mark ("t" while a recovery is unfinished).
+  std::string Recovering() {
+    auto v = pg_->QueryScalar(
+        "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
+    return v.ok() ? *v : v.status().ToString();
+  }
+
   // Every record in the topic (read to the end offsets) against the outbox table: the event
   // ids are exactly the table's, and those marked recovered (walrelay.position r=1) are
   // exactly the rows with payload seq >= `first_recovered`.
@@ -122,10 +147,7 @@ TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
   EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
   auto ids = DistinctEventIds(3500, 60s);
   EXPECT_EQ(ids.size(), 3500u) << "events lost across the slot loss";
-  auto recovering = pg_->QueryScalar(
-      "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
-  ASSERT_TRUE(recovering.ok());
-  EXPECT_EQ(*recovering, "f");
+  EXPECT_EQ(Recovering(), "f");
 }
 
 // A dropped slot (not lost: someone ran pg_drop_replication_slot) is recovered the same
@@ -160,24 +182,14 @@ TEST_F(RecoveryTest, RecoveryDisabledRefusesALostSlotAndTouchesNothing) {
   const int64_t published =
       kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
   config_.recovery_enabled = false;
-  relay_ = std::make_unique<Relay>(config_);
-  std::atomic<bool> returned{false};
-  thread_ = std::thread([this, &returned] {
-    run_status_ = relay_->Run();
-    returned.store(true);
-  });
-  for (int i = 0; i < 600 && !returned.load(); ++i) std::this_thread::sleep_for(50ms);
-  EXPECT_TRUE(returned.load()) << "Run() kept retrying a lost slot it may not recover";
-  StopRelay();
+  EXPECT_TRUE(RunUntilItReturns(30s)) << "Run() kept retrying a lost slot it may not recover";
   EXPECT_EQ(run_status_.code(), StatusCode::kDataLoss) << run_status_.ToString();
   EXPECT_NE(run_status_.message().find("--recovery-enabled is false"), std::string::npos)
       << run_status_.message();
   EXPECT_EQ(*pg_->QueryScalar(
                 "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
             "lost");
-  EXPECT_EQ(*pg_->QueryScalar(
-                "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'"),
-            "f");
+  EXPECT_EQ(Recovering(), "f");
   EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions),
             published);
 }
@@ -199,23 +211,17 @@ TEST_F(RecoveryTest, InterruptedRecoveryIsRedoneFromTheSameBound) {
   bool recovering = false;
   for (int i = 0; i < 600 && !recovering; ++i) {
     std::this_thread::sleep_for(50ms);
-    auto v = pg_->QueryScalar(
-        "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
-    recovering = v.ok() && *v == "t";
+    recovering = Recovering() == "t";
   }
   ASSERT_TRUE(recovering) << "the relay never started recovering";
   std::this_thread::sleep_for(500ms);  // republishing against brokers that are down
   StopRelay();
-  EXPECT_EQ(*pg_->QueryScalar(
-                "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'"),
-            "t")
+  EXPECT_EQ(Recovering(), "t")
       << "an unfinished recovery was marked done";
   ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
   StartRelay();
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
-  EXPECT_EQ(*pg_->QueryScalar(
-                "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'"),
-            "f");
+  EXPECT_EQ(Recovering(), "f");
   ExpectTopicMatchesTable(500);
 }
 
@@ -226,15 +232,7 @@ TEST_F(RecoveryTest, LostSlotWithoutProgressEndsTheRunWithTheFix) {
   WriteEvents(0, 5, 100);
   LoseSlot();
   ASSERT_FALSE(HasFailure());
-  relay_ = std::make_unique<Relay>(config_);
-  std::atomic<bool> returned{false};
-  thread_ = std::thread([this, &returned] {
-    run_status_ = relay_->Run();
-    returned.store(true);
-  });
-  for (int i = 0; i < 600 && !returned.load(); ++i) std::this_thread::sleep_for(50ms);
-  EXPECT_TRUE(returned.load()) << "Run() kept retrying a lost slot it cannot recover";
-  StopRelay();
+  EXPECT_TRUE(RunUntilItReturns(30s)) << "Run() kept retrying a lost slot it cannot recover";
   EXPECT_EQ(run_status_.code(), StatusCode::kDataLoss) << run_status_.ToString();
   EXPECT_NE(run_status_.message().find("no walrelay progress is recorded"), std::string::npos)
       << run_status_.message();
@@ -423,9 +421,7 @@ TEST_F(RecoveryTest, UntrustworthyBoundIsRefusedBeforeTouchingTheSlot) {
   EXPECT_EQ(relay_->stats().slot_recoveries.load(), 0u);
   relay_.reset();
   EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "0");
-  EXPECT_EQ(*pg_->QueryScalar("SELECT recovering FROM walrelay_progress WHERE slot = "
-                              "'walrelay' AND source = '*'"),
-            "f");
+  EXPECT_EQ(Recovering(), "f");
 }
 
 // Invariant 7 during recovery: a republished record the broker refuses for good (here
