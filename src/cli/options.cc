@@ -34,7 +34,14 @@ const char* const kRunExitCodesHelp =
     "a restart may cure; 2 bad usage or configuration (a restart fails the same way); 3 "
     "refused to go on without an operator (the slot was lost and recovery is off or "
     "unsound: restarting would lose or repeat events; the log says what to do). For "
-    "systemd: Restart=on-failure with RestartPreventExitStatus=2 3.";
+    "systemd: Restart=on-failure with RestartPreventExitStatus=2 3.\n\n"
+    "Kafka security goes in librdkafka properties, best in a file only walrelay's user can "
+    "read (--kafka-properties-file, kcat's -F format), e.g. SASL/SCRAM over TLS:\n"
+    "  security.protocol=SASL_SSL  sasl.mechanisms=SCRAM-SHA-512  sasl.username=walrelay\n"
+    "  sasl.password=...  ssl.ca.location=/etc/walrelay/kafka-ca.pem\n"
+    "SASL/PLAIN: the same with sasl.mechanisms=PLAIN; mutual TLS: security.protocol=SSL with "
+    "ssl.certificate.location and ssl.key.location. Values are never logged. More: "
+    "docs/operations.md, section 12.";
 
 Result<std::string> ReadPasswordFile(const std::string& path) {
   struct stat st {};
