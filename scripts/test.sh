@@ -102,7 +102,9 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$BUILD_ROOT/asan" -L unit --output-on-failure -j "$JOBS"
 
 step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s, wal2json decoder for $((FUZZ_SECONDS / 3))s, mapper + pipeline for $((FUZZ_SECONDS / 2))s ($BUILD_ROOT/fuzz)"
+# Optimised, with assertions on (no NDEBUG): the ack tracker's and Result's checks run too.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g" \
   -DWALRELAY_FUZZ=ON -DWALRELAY_BUILD_TESTS=OFF -DWALRELAY_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target pgoutput_fuzz wal2json_fuzz pipeline_fuzz
 fuzz() {  # program seconds seed-corpus...: new inputs go to a scratch dir, not the checked-in seeds
