@@ -398,8 +398,8 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
 
 Status Pipeline::HandleXLogData(const slot::XLogData& x) {
   stats_.bytes_received.fetch_add(x.data.size(), std::memory_order_relaxed);
-  if (wal2json_) return HandleWal2Json(x);
   frame_end_ = x.wal_end;
+  if (wal2json_) return HandleWal2Json(x);
   pgoutput::DecodeOptions opts;
   opts.protocol_version = options_.protocol_version;
   Status st = pgoutput::Decode(x.data, opts, &message_);
@@ -412,7 +412,6 @@ Status Pipeline::HandleXLogData(const slot::XLogData& x) {
 }
 
 Status Pipeline::HandleWal2Json(const slot::XLogData& x) {
-  frame_end_ = x.wal_end;
   Status st = wal2json_->Decode(x.data, &wal2json_messages_);
   if (!st.ok()) return st.WithContext("at WAL position " + x.wal_start.ToString());
   for (const pgoutput::Message& m : wal2json_messages_) {
