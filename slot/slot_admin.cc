@@ -163,6 +163,40 @@ Status SlotAdmin::DropSlot(std::string_view slot_name) {
       .status();
 }
 
+namespace {
+// The slot lock's advisory key: ('WALR', hashtext(slot name)), the two-int4 form, so it
+// shares no key with an application's one-bigint advisory locks.
+constexpr const char* kSlotLockKey = "1463897170, hashtext($1)";
+}  // namespace
+
+Result<bool> SlotAdmin::TryLockSlot(std::string_view slot_name) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r, Query("taking the lock of replication slot " + std::string(slot_name),
+                           std::string("SELECT pg_try_advisory_lock(") + kSlotLockKey + ")",
+                           {std::string(slot_name)}));
+  return Value(r.get(), 0, 0) == "t";
+}
+
+Status SlotAdmin::UnlockSlot(std::string_view slot_name) {
+  return Query("releasing the lock of replication slot " + std::string(slot_name),
+               std::string("SELECT pg_advisory_unlock(") + kSlotLockKey + ")",
+               {std::string(slot_name)})
+      .status();
+}
+
+Result<std::optional<int>> SlotAdmin::SlotLockHolder(std::string_view slot_name) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r,
+      Query("reading who holds the lock of replication slot " + std::string(slot_name),
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database()) AND classid = "
+            "1463897170 AND objid = (hashtext($1)::bigint & 4294967295)::oid AND objsubid = 2",
+            {std::string(slot_name)}));
+  if (PQntuples(r.get()) == 0) return std::optional<int>();
+  WALRELAY_ASSIGN_OR_RETURN(int64_t pid, ParseInt("a pid", Value(r.get(), 0, 0)));
+  return std::optional<int>(static_cast<int>(pid));
+}
+
 Result<Lsn> SlotAdmin::CurrentWalLsn() {
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r,
                             Query("reading pg_current_wal_lsn()", "SELECT pg_current_wal_lsn()"));

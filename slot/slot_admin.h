@@ -136,6 +136,20 @@ class SlotAdmin {
   // pg_drop_replication_slot. kNotFound if missing, kFailedPrecondition if active.
   Status DropSlot(std::string_view slot_name);
 
+  // The slot's lock: a session-level advisory lock of this connection, keyed by the slot's
+  // name, that every walrelay process holds while it decides what becomes of the slot —
+  // from reading its state to streaming it (the relay), or to making it anew (`republish
+  // --create-slot`). Without it two relays of one slot (an active one and its standby) act
+  // on stale reads of each other's work: one drops the slot the other has just made and is
+  // republishing against, and the WAL of that slot, which table-less events exist only in,
+  // is gone. True when taken (again, if this connection already held it); false when
+  // another session holds it (SlotLockHolder says which). Released by UnlockSlot, or when
+  // the connection closes (a process that dies holds nothing).
+  Result<bool> TryLockSlot(std::string_view slot_name);
+  Status UnlockSlot(std::string_view slot_name);
+  // The pid of the backend holding the slot's lock; nullopt when no one holds it.
+  Result<std::optional<int>> SlotLockHolder(std::string_view slot_name);
+
   Result<ServerSettings> GetServerSettings();
   // Whether the connected role may open replication connections (REPLICATION or superuser).
   Result<bool> HasReplicationPrivilege();

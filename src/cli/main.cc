@@ -73,7 +73,7 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
         const std::string now =
             polling     ? std::string("polling the outbox tables")
             : streaming ? "streaming slot " + config.slot
-            : standby ? "standby: slot " + config.slot + " is read by process " +
+            : standby ? "standby: slot " + config.slot + " is held by process " +
                             std::to_string(relay.stats().standby_for.load())
                       : "connecting (the log says why not streaming)";
         if (now != status || ((streaming || standby) && !ready)) {

@@ -154,6 +154,18 @@ Status Relay::Session::Start() {
   WALRELAY_ASSIGN_OR_RETURN(admin_, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin_->GetServerSettings());
   WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
+  // Everything from reading the slot's state to streaming it happens under the slot's lock
+  // (slot_admin.h): another relay of the slot that is starting or recovering it (it may
+  // have just made the slot anew and be republishing, the slot inactive and the recovery
+  // marked unfinished) is waited for as a standby, never taken for a crashed one.
+  WALRELAY_ASSIGN_OR_RETURN(const bool locked, admin_->TryLockSlot(config_.slot));
+  if (!locked) {
+    auto holder = admin_->SlotLockHolder(config_.slot);
+    standby_for_ = holder.ok() ? holder->value_or(0) : 0;
+    return UnavailableError("replication slot " + config_.slot +
+                            " is being started or recovered by process " +
+                            std::to_string(*standby_for_) + " (it holds the slot's lock)");
+  }
   // The slot, read before anything else is set up: while another process streams it (the
   // active relay, this one being a standby), PostgreSQL lets no one else read it.
   auto existing = admin_->GetSlot(config_.slot);
@@ -162,7 +174,7 @@ Status Relay::Session::Start() {
   }
   if (existing.ok() && existing->active) {
     standby_for_ = existing->active_pid.value_or(0);
-    return UnavailableError("replication slot " + config_.slot + " is read by process " +
+    return UnavailableError("replication slot " + config_.slot + " is held by process " +
                             std::to_string(*standby_for_));
   }
   const milliseconds status_interval =
@@ -255,6 +267,8 @@ Status Relay::Session::Start() {
     if (now.ok() && now->active) standby_for_ = now->active_pid.value_or(0);
     return started;
   }
+  // Streaming: the slot is active, which keeps every other relay standing by.
+  WALRELAY_RETURN_IF_ERROR(admin_->UnlockSlot(config_.slot));
   stats_.streaming.store(1);
   if (const int was_standby_for = stats_.standby_for.exchange(0); stats_.standby.exchange(0)) {
     spdlog::warn("took over slot {}: the process that read it ({}) stopped; this relay streams "
@@ -559,7 +573,7 @@ Status Relay::StartObservability() {
       }
       if (stats_.standby.load() != 0) {
         return UnavailableError("standby: replication slot " + config_.slot +
-                                " is read by process " +
+                                " is held by process " +
                                 std::to_string(stats_.standby_for.load()) +
                                 "; this relay takes over when it stops");
       }
@@ -651,9 +665,9 @@ Status Relay::Run() {
         // intervals of the active one stopping; say so once, not at every retry.
         if (!stats_.standby.exchange(1) || stats_.standby_for.load() != *standby_for) {
           spdlog::warn(
-              "standing by: replication slot {} is read by process {} (another walrelay, or "
-              "another client); retrying every {} ms and taking over when it stops. /readyz "
-              "says standby meanwhile",
+              "standing by: replication slot {} is held by process {} (another walrelay "
+              "streaming, starting or recovering it, or another client); retrying every {} ms "
+              "and taking over when it stops. /readyz says standby meanwhile",
               config_.slot, *standby_for, config_.standby_interval.count());
         }
         stats_.standby_for.store(*standby_for);

@@ -85,6 +85,20 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
   const std::string conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<slot::SlotAdmin> admin,
                             slot::SlotAdmin::Connect(conninfo));
+  if (request.create_slot && !request.dry_run) {
+    // The slot's lock (slot_admin.h), held until this returns: a relay starting meanwhile
+    // stands by instead of taking the new slot for one whose recovery did not finish.
+    WALRELAY_ASSIGN_OR_RETURN(const bool locked, admin->TryLockSlot(config.slot));
+    if (!locked) {
+      auto holder = admin->SlotLockHolder(config.slot);
+      return FailedPreconditionError(
+          "republish --create-slot: replication slot " + config.slot +
+          " is being started or recovered by process " +
+          (holder.ok() && *holder ? std::to_string(**holder) : std::string("?")) +
+          " (a walrelay run holding the slot's lock). Fix: stop every walrelay run of this "
+          "slot first; a relay that recovers the slot by itself needs no republish");
+    }
+  }
   auto slot = admin->GetSlot(config.slot);
   if (!slot.ok() && slot.status().code() != StatusCode::kNotFound) return slot.status();
   if (request.create_slot) {

@@ -7,6 +7,7 @@
 // ones, and an inbox consumer deduplicating on the `id` header applies each event once.
 // Then everything the cut-over refuses, each with its fix.
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 
 #include <chrono>
 #include <cstdio>
@@ -385,6 +386,21 @@ TEST_F(DebeziumCutoverTest, LostSlotRepublishThenStreamMissesNothing) {
       << "a dry run creates nothing";
 
   request.dry_run = false;
+  {  // A relay of the slot that is starting or recovering it holds the slot's lock.
+    PGconn* relay_session = PQconnectdb(pg_->conninfo().c_str());
+    ASSERT_EQ(PQstatus(relay_session), CONNECTION_OK);
+    PGresult* locked =
+        PQexec(relay_session, "SELECT pg_advisory_lock(1463897170, hashtext('walrelay'))");
+    ASSERT_EQ(PQresultStatus(locked), PGRES_TUPLES_OK) << PQresultErrorMessage(locked);
+    PQclear(locked);
+    auto refused = Republish(config, request);
+    PQfinish(relay_session);
+    ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.status().message().find("is being started or recovered by process"),
+              std::string::npos)
+        << refused.status().message();
+    EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  }
   auto done = Republish(config, request);
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_TRUE(done->slot_created);

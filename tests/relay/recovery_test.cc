@@ -225,6 +225,76 @@ TEST_F(RecoveryTest, InterruptedRecoveryIsRedoneFromTheSameBound) {
   ExpectTopicMatchesTable(500);
 }
 
+// Two relays of one slot (an active one and its standby) start while the slot is gone.
+// Relay A recovers: it recreates the slot and republishes against brokers that are down, so
+// its new slot waits, inactive, with the recovery marked unfinished. Table-less events
+// (logical messages) committed meanwhile are only in that slot's WAL. Relay B starting then
+// must not take the unfinished mark for a crashed recovery and drop the slot A made: that
+// loses those events for good (the chaos run's seed 20261204 lost 5 this way). B stands by
+// until A streams; every message and every row arrives.
+TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) {
+  config_.message_prefix = "walrelay.outbox";
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  WriteEvents(500, 3, 100);
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  bool slot_made = false;
+  for (int i = 0; i < 600 && !slot_made; ++i) {
+    std::this_thread::sleep_for(50ms);
+    slot_made = Recovering() == "t" &&
+                *pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
+                                  "'walrelay'") == "1";
+  }
+  ASSERT_TRUE(slot_made) << "relay A never started recovering";
+  constexpr int kMessages = 20;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
+                          "'{\"event_id\": \"msg-" +
+                          std::to_string(i) +
+                          "\", \"aggregate_type\": \"payment\", \"aggregate_id\": \"m\", "
+                          "\"event_type\": \"PaymentNoted\", \"payload\": {}}')")
+                    .ok());
+  }
+
+  auto second = std::make_unique<Relay>(config_);
+  Status second_status;
+  std::thread second_thread([&] { second_status = second->Run(); });
+  bool standing_by = false;
+  for (int i = 0; i < 200 && !standing_by; ++i) {
+    std::this_thread::sleep_for(50ms);
+    standing_by = second->stats().standby.load() == 1;
+  }
+  EXPECT_TRUE(standing_by) << "relay B did not stand by while relay A recovered";
+  std::this_thread::sleep_for(1s);  // B retries meanwhile; A is still republishing
+  EXPECT_EQ(Recovering(), "t");
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  second->RequestStop();
+  second_thread.join();
+  EXPECT_EQ(relay_->stats().slot_recoveries.load() + second->stats().slot_recoveries.load(), 1u);
+  StopRelay();
+
+  const int64_t end =
+      kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
+                            static_cast<size_t>(end), 60s);
+  std::set<std::string> ids;
+  for (const auto& r : records) ids.insert(r.Header("event_id"));
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_EQ(ids.count("msg-" + std::to_string(i)), 1u) << "table-less event msg-" << i
+                                                          << " lost";
+  }
+  auto table = pg_->Query("SELECT event_id::text FROM outbox");
+  ASSERT_TRUE(table.ok());
+  for (const auto& row : *table) EXPECT_EQ(ids.count(*row[0]), 1u) << "row " << *row[0] << " lost";
+}
+
 // A lost slot that walrelay never recorded progress for (made by hand or by setup): no
 // session can fix it, so Run() ends with the fix instead of retrying forever.
 TEST_F(RecoveryTest, LostSlotWithoutProgressEndsTheRunWithTheFix) {
