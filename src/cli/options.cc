@@ -385,6 +385,24 @@ std::vector<OptionSpec> BuildRunOptions() {
                      "recovery bound), in small batches; 0 = off. Never deletes a row that is "
                      "not confirmed, nor one lost-slot recovery could need.",
                      &RelayConfig::outbox_retention));
+  o.push_back(Choice("outbox.cleanup",
+                     "How delivered outbox rows go away: janitor (deletes rows older than "
+                     "outbox.retention_ms once delivered, in batches; 0 = the application's "
+                     "job), partitions (`walrelay setup` range-partitions the outbox on "
+                     "created_at; the janitor drops whole partitions older than the retention "
+                     "once all their rows are delivered) or same-transaction (writers delete "
+                     "each row in the transaction that inserted it; needs --recovery-enabled "
+                     "false: a lost slot cannot be republished from an empty table).",
+                     &RelayConfig::outbox_cleanup,
+                     {{"janitor", relay::OutboxCleanup::kJanitor},
+                      {"partitions", relay::OutboxCleanup::kPartitions},
+                      {"same-transaction", relay::OutboxCleanup::kSameTransaction}}));
+  o.push_back(Choice("outbox.partition_period",
+                     "outbox.cleanup partitions: the range of one partition, daily or hourly "
+                     "(UTC).",
+                     &RelayConfig::partition_period,
+                     {{"daily", relay::PartitionPeriod::kDaily},
+                      {"hourly", relay::PartitionPeriod::kHourly}}));
   o.push_back(Int("outbox.janitor_batch_rows",
                   "Rows the janitor deletes per statement (at most 10 statements a second).",
                   &RelayConfig::janitor_batch_rows));

@@ -97,13 +97,18 @@ Status CheckTransaction(PGconn* conn) {
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
-Status Exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& values,
-            std::string_view context) {
+Result<ResultPtr> ExecResult(PGconn* conn, const std::string& sql,
+                             const std::vector<const char*>& values, std::string_view context) {
   ResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
                              values.data(), nullptr, nullptr, 0));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
   return MapError(conn, res.get(), context);
+}
+
+Status Exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& values,
+            std::string_view context) {
+  return ExecResult(conn, sql, values, context).status();
 }
 
 std::string HeadersJson(const std::map<std::string, std::string>& headers) {
@@ -245,6 +250,14 @@ OutboxWriter::OutboxWriter(OutboxTarget target) : target_(std::move(target)) {
   }
   insert_sql_ = "INSERT INTO " + QuoteQualifiedName(target_.table) + " (" + names +
                 ") VALUES (" + params + ")";
+  if (target_.delete_in_same_transaction) {
+    // The row's physical address, stable within the inserting transaction (no one else
+    // sees the row before it commits): the DELETE needs no index.
+    // With the tableoid: in a partitioned outbox every partition has a row at (0,1).
+    insert_sql_ += " RETURNING tableoid, ctid";
+    delete_sql_ = "DELETE FROM " + QuoteQualifiedName(target_.table) +
+                  " WHERE tableoid = $1::oid AND ctid = $2::tid";
+  }
 }
 
 Status OutboxWriter::Check(PGconn* conn, const OutboxEvent& event, bool table_path) const {
@@ -291,7 +304,25 @@ Status OutboxWriter::Append(PGconn* conn, const OutboxEvent& event,
   values.push_back(event.event_type.c_str());
   values.push_back(event.payload.c_str());
   if (!c.headers.empty()) values.push_back(event.headers.empty() ? nullptr : headers.c_str());
-  WALRELAY_RETURN_IF_ERROR(Exec(conn, insert_sql_, values, "outbox: insert into " + target_.table));
+  WALRELAY_ASSIGN_OR_RETURN(
+      ResultPtr inserted,
+      ExecResult(conn, insert_sql_, values, "outbox: insert into " + target_.table));
+  if (target_.delete_in_same_transaction) {
+    // The INSERT is in the WAL (the relay publishes it); the row leaves with the commit.
+    if (PQntuples(inserted.get()) != 1) {
+      return InternalError("outbox: INSERT ... RETURNING returned no row");
+    }
+    WALRELAY_ASSIGN_OR_RETURN(
+        ResultPtr deleted,
+        ExecResult(conn, delete_sql_,
+                   {PQgetvalue(inserted.get(), 0, 0), PQgetvalue(inserted.get(), 0, 1)},
+                   "outbox: delete from " + target_.table));
+    if (std::string_view(PQcmdTuples(deleted.get())) != "1") {
+      return InternalError("outbox: the DELETE of the row just inserted deleted " +
+                           std::string(PQcmdTuples(deleted.get())) +
+                           " rows (a trigger or rule on " + target_.table + "?)");
+    }
+  }
   if (event_id_out != nullptr) *event_id_out = id;
   return Status::Ok();
 }

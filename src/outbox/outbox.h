@@ -14,7 +14,8 @@
 //
 // Two paths, both read by `walrelay run`:
 //   Append()         INSERT into the outbox table (table and column names configurable;
-//                    defaults match src/relay/schema.h and relay::OutboxColumns).
+//                    defaults match src/relay/schema.h and relay::OutboxColumns); with
+//                    OutboxTarget::delete_in_same_transaction, then DELETE of that row.
 //   AppendMessage()  no table: SELECT pg_logical_emit_message(true, prefix, envelope) with
 //                    the JSON envelope {"event_id", "aggregate_type", "aggregate_id",
 //                    "topic", "event_type", "payload", "headers"} that
@@ -140,6 +141,11 @@ struct OutboxTarget {
   std::string table = "public.outbox";  // optionally schema-qualified
   relay::OutboxColumns columns;
   std::string message_prefix = "walrelay.outbox";  // AppendMessage()'s prefix
+  // Cleanup design "same transaction" (relay outbox.cleanup same-transaction): Append()
+  // deletes the row it inserted, in the same transaction. The WAL still carries the INSERT,
+  // which the relay publishes; the table stays empty (no janitor, no bloat beyond what
+  // autovacuum takes). The price: lost-slot recovery cannot republish such events.
+  bool delete_in_same_transaction = false;
 };
 
 class OutboxWriter {
@@ -163,14 +169,17 @@ class OutboxWriter {
   Status AppendMessage(PGconn* conn, const OutboxEvent& event,
                        std::string* event_id_out = nullptr) const;
 
-  // The INSERT statement Append() runs (for docs and tests).
+  // The INSERT statement Append() runs, and the DELETE after it (empty unless
+  // delete_in_same_transaction), for docs and tests.
   const std::string& insert_sql() const { return insert_sql_; }
+  const std::string& delete_sql() const { return delete_sql_; }
 
  private:
   Status Check(PGconn* conn, const OutboxEvent& event, bool table_path) const;
 
   OutboxTarget target_;
   std::string insert_sql_;
+  std::string delete_sql_;
 };
 
 // Convenience: the default target (public.outbox, documented columns / default prefix).

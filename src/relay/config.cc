@@ -150,6 +150,30 @@ Status RelayConfig::Validate() const {
         "outbox janitor: retention_ms >= 0 (0 = off), janitor_batch_rows 1..100000, "
         "janitor_interval_ms >= 10");
   }
+  if (outbox_cleanup == OutboxCleanup::kSameTransaction) {
+    if (recovery_enabled) {
+      return InvalidArgumentError(
+          "outbox.cleanup same-transaction: writers delete each outbox row in the transaction "
+          "that inserted it, so lost-slot recovery has no rows to republish from. Set "
+          "--recovery-enabled false to run knowingly: a lost slot then stops walrelay (exit "
+          "3) and the events it had not delivered are gone; bound max_slot_wal_keep_size "
+          "generously and alert on slot lag (docs/operations.md, section 4)");
+    }
+    if (source_mode == SourceMode::kPoll) {
+      return InvalidArgumentError(
+          "outbox.cleanup same-transaction with --source-mode poll: a poller reads rows, and "
+          "the writers delete them before anyone can; use the janitor (outbox.retention_ms)");
+    }
+    if (outbox_retention.count() > 0) {
+      return InvalidArgumentError(
+          "outbox.cleanup same-transaction leaves no row to delete: set outbox.retention_ms 0");
+    }
+  }
+  if (outbox_cleanup == OutboxCleanup::kPartitions && outbox_retention.count() <= 0) {
+    return InvalidArgumentError(
+        "outbox.cleanup partitions drops partitions older than outbox.retention_ms: set it "
+        "(e.g. 86400000 for a day)");
+  }
   if (outbox_retention.count() > 0 && (columns.created_at.empty() || tables.empty())) {
     return InvalidArgumentError(
         "outbox.retention_ms needs outbox tables with a timestamp column (outbox.columns "

@@ -63,6 +63,23 @@ enum class TextFormat {
                 // JsonConverter with schemas.enable=false, Debezium's usual default)
 };
 
+// How outbox rows go away once delivered (docs/operations.md section 4; issue 14).
+enum class OutboxCleanup {
+  // The janitor (janitor.h) deletes delivered rows older than outbox_retention in small
+  // batches; with outbox_retention 0 no one does (the application's own job).
+  kJanitor,
+  // The outbox is range-partitioned on created_at (`walrelay setup` makes it so); the
+  // janitor creates partitions ahead and drops whole partitions older than the retention
+  // once every row in them is delivered (partitions.h). No dead tuples.
+  kPartitions,
+  // Writers delete each row in the transaction that inserted it
+  // (outbox::OutboxTarget::delete_in_same_transaction): the WAL carries the INSERT, the
+  // table stays empty. Lost-slot recovery then has no rows to republish: needs
+  // recovery_enabled = false, said at start.
+  kSameTransaction,
+};
+enum class PartitionPeriod { kDaily, kHourly };
+
 // Where `walrelay run` reads outbox events from.
 enum class SourceMode {
   kWal,   // the logical slot (default): commit order, no writes to the outbox
@@ -131,6 +148,8 @@ struct RelayConfig {
   // The outbox janitor (janitor.h): deletes rows older than this that are delivered; 0 =
   // off (the outbox is cleaned by others). Needs columns.created_at.
   std::chrono::milliseconds outbox_retention{0};
+  OutboxCleanup outbox_cleanup = OutboxCleanup::kJanitor;
+  PartitionPeriod partition_period = PartitionPeriod::kDaily;  // kPartitions' range
   int64_t janitor_batch_rows = 1000;
   std::chrono::milliseconds janitor_interval{10000};
 

@@ -67,6 +67,26 @@ Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
   return xmax - xmin;
 }
 
+Status RecoveryDisabledRefusal(const RelayConfig& config, std::string_view state) {
+  const std::string drop = " and the slot (SELECT pg_drop_replication_slot(" +
+                           QuoteLiteral(config.slot) + ")) to start fresh knowingly";
+  if (config.outbox_cleanup == OutboxCleanup::kSameTransaction) {
+    return DataLossError(
+        "replication slot " + config.slot + " is " + std::string(state) +
+        " and --recovery-enabled is false (outbox.cleanup same-transaction: the writers "
+        "deleted the rows, so nothing can be republished): the events committed after the "
+        "recorded progress that the slot had not delivered are lost. Find them from the "
+        "applications' own records if you can; then drop the progress rows of this slot in " +
+        config.progress_table + drop);
+  }
+  return DataLossError(
+      "replication slot " + config.slot + " is " + std::string(state) +
+      " and --recovery-enabled is false: events after the recorded progress may be "
+      "undelivered. Enable recovery (it republishes from the outbox tables the rows after the "
+      "recorded bound), or drop the progress rows of this slot in " +
+      config.progress_table + drop);
+}
+
 std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span) {
   // xmin - lo modulo 2^32, as a non-negative bigint; `xid` has no arithmetic of its own.
   return "((xmin::text::bigint - " + std::to_string(bound_xmin % kXidSpace) + ") & " +

@@ -143,6 +143,12 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
 // table).
 Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax);
 
+// The refusal when the slot is lost or gone and --recovery-enabled is false (kDataLoss: no
+// session can fix it, Run() ends with it): what is at risk and the way out. `state` says
+// what became of the slot ("lost (<why>)", "gone", ...). With outbox.cleanup
+// same-transaction the rows are gone too, and the message says so.
+Status RecoveryDisabledRefusal(const RelayConfig& config, std::string_view state);
+
 // The WHERE clause that selects the rows to republish: xmin in [bound_xmin, bound_xmin +
 // span) modulo 2^32. Exposed for the documentation and tests.
 std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span);

@@ -291,13 +291,7 @@ Status Relay::Session::Recover(const std::string& conninfo, const Progress& prog
   const std::string state = missing ? "gone" : (lost ? "lost" : "being recovered");
   // Refusals below are kDataLoss: no session can fix them, so Run() ends with the fix
   // instead of retrying (like a lost slot without any progress, in Start()).
-  if (!config_.recovery_enabled) {
-    return DataLossError(
-        "replication slot " + config_.slot + " is " + state +
-        " and --recovery-enabled is false: events after the recorded progress may be "
-        "undelivered. Enable recovery, or drop the progress rows of this slot in " +
-        config_.progress_table + " to start fresh knowingly");
-  }
+  if (!config_.recovery_enabled) return RecoveryDisabledRefusal(config_, state);
   if (!progress.bound) {
     return DataLossError(
         "replication slot " + config_.slot + " is " + state + ", but " + config_.progress_table +
@@ -605,6 +599,15 @@ Status Relay::Run() {
                  embedded_->cluster->bootstraps(), kEmbeddedKafkaWarning);
   }
   if (!obs_) WALRELAY_RETURN_IF_ERROR(StartObservability());
+  if (config_.outbox_cleanup == OutboxCleanup::kSameTransaction) {
+    spdlog::warn(
+        "outbox.cleanup same-transaction: writers delete each outbox row in the transaction "
+        "that inserted it, so lost-slot recovery is off (there is nothing to republish "
+        "from): if slot {} is lost (max_slot_wal_keep_size) or dropped, the events it had "
+        "not delivered are gone and walrelay stops with exit 3. Keep it read: alert on "
+        "walrelay_slot_retained_bytes and walrelay_slot_state",
+        config_.slot);
+  }
   std::mt19937_64 rng(std::random_device{}());
   milliseconds backoff = config_.reconnect_min;
   bool checked = false;

@@ -11,6 +11,7 @@
 #include "base/sql.h"
 #include "slot/pg_error.h"
 #include "src/relay/metric_names.h"
+#include "src/relay/recovery.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
@@ -452,15 +453,9 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "cannot be recovered. Prevent it: alert on `walrelay lag` and size "
           "max_slot_wal_keep_size for your longest outage";
       if (options.lost_slot_is_error) {
-        // The relay's --recovery-enabled false: the same words as Session::Recover's refusal.
-        return DataLossError(
-            "replication slot " + config.slot + " is lost (" +
-            slot::ExplainSlotInvalidation(info->invalidation_reason) +
-            ") and --recovery-enabled is false: events after the recorded progress may be "
-            "undelivered. Enable recovery (it republishes from the outbox tables the rows "
-            "after the recorded bound), or drop the progress rows of this slot in " +
-            config.progress_table + " and the slot (SELECT pg_drop_replication_slot(" +
-            QuoteLiteral(config.slot) + ")) to start fresh knowingly");
+        // The relay's --recovery-enabled false: Session::Recover's refusal.
+        return RecoveryDisabledRefusal(
+            config, "lost (" + slot::ExplainSlotInvalidation(info->invalidation_reason) + ")");
       }
       warn(msg);
     } else if (info->wal_status == "unreserved") {

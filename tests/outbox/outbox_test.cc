@@ -122,6 +122,46 @@ TEST_F(OutboxTest, CommitLeavesTheRowWithItsColumns) {
   EXPECT_EQ(r[10], "t");
 }
 
+// Cleanup design "same transaction" (issue 14): Append() deletes the row it inserted, in
+// the caller's transaction; rows of other transactions stay. In a partitioned outbox every
+// partition has a row at ctid (0,1): a DELETE by ctid alone would remove the other
+// partition's row too (it did before the tableoid was part of the DELETE).
+TEST_F(OutboxTest, DeleteInSameTransactionRemovesOnlyItsOwnRowEvenAcrossPartitions) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("DROP TABLE IF EXISTS app.parted; CREATE TABLE app.parted (event_id uuid "
+                         "NOT NULL, aggregate_type text, aggregate_id text NOT NULL, topic text, "
+                         "event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb) "
+                         "PARTITION BY LIST (aggregate_type); "
+                         "CREATE TABLE app.parted_a PARTITION OF app.parted FOR VALUES IN ('a'); "
+                         "CREATE TABLE app.parted_b PARTITION OF app.parted FOR VALUES IN ('b'); "
+                         "INSERT INTO app.parted VALUES (gen_random_uuid(), 'a', 'keep', NULL, "
+                         "'E', '{}', NULL)")
+                  .ok());
+  OutboxTarget target;
+  target.table = "app.parted";
+  target.delete_in_same_transaction = true;
+  const OutboxWriter writer(target);
+  EXPECT_NE(writer.delete_sql().find("tableoid"), std::string::npos) << writer.delete_sql();
+  OutboxEvent e = Payment("wallet-9");
+  e.aggregate_type = "b";
+  Run(conn_.get(), "BEGIN");
+  ASSERT_TRUE(writer.Append(conn_.get(), e).ok());
+  ASSERT_TRUE(writer.Append(conn_.get(), e).ok());
+  Run(conn_.get(), "COMMIT");
+  EXPECT_EQ(Scalar("SELECT string_agg(aggregate_id, ',') FROM app.parted"), "keep");
+
+  // The plain outbox: empty after the commit, rows of other writers untouched.
+  Run(conn_.get(), "BEGIN");
+  ASSERT_TRUE(Append(conn_.get(), Payment("other-writer")).ok());
+  Run(conn_.get(), "COMMIT");
+  target.table = "public.outbox";
+  const OutboxWriter plain(target);
+  Run(conn_.get(), "BEGIN");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(plain.Append(conn_.get(), Payment("w")).ok());
+  Run(conn_.get(), "COMMIT");
+  EXPECT_EQ(Scalar("SELECT string_agg(aggregate_id, ',') FROM outbox"), "other-writer");
+}
+
 TEST_F(OutboxTest, OptionalFieldsBecomeNullAndIdsAreTimeOrdered) {
   Run(conn_.get(), "BEGIN");
   OutboxEvent e = Payment("wallet-3");

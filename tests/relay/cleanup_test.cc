@@ -1,0 +1,116 @@
+// Outbox cleanup designs end to end (issue 14; docs/operations.md section 4): events go
+// through the relay with the design on, every one arrives, and the outbox ends bounded.
+// Same fixture as relay_test.cc (tests/relay/relay_fixture.h). The janitor's own test is
+// RelayTest.JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded.
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "src/outbox/outbox.h"
+#include "src/relay/config.h"
+#include "tests/relay/relay_fixture.h"
+
+namespace walrelay::relay {
+namespace {
+
+using namespace std::chrono_literals;
+
+class CleanupTest : public RelayTest {
+ protected:
+  // The mock cluster keeps at most 5 MB (and 100,000 records) per partition: 200,000
+  // events go to a topic of their own with many partitions and many aggregates.
+  static constexpr const char* kTopic = "cleanup.events";
+  static constexpr int kTopicPartitions = 64;
+  void SetUp() override {
+    RelayTest::SetUp();
+    ASSERT_TRUE(kafka_->CreateTopic(kTopic, kTopicPartitions, 3).ok());
+    config_.topic_template = kTopic;
+  }
+  int64_t OutboxRows() { return std::stoll(*pg_->QueryScalar("SELECT count(*) FROM outbox")); }
+  // Distinct event ids in kTopic, reading until `expected` are seen.
+  size_t DistinctIds(size_t expected) {
+    std::set<std::string> ids;
+    size_t scanned = 0;
+    kafka::testing::ConsumeUntil(
+        kafka_->bootstraps(), kTopic, kTopicPartitions,
+        [&](const std::vector<kafka::testing::ConsumedRecord>& got) {
+          for (; scanned < got.size(); ++scanned) ids.insert(got[scanned].Header("event_id"));
+          return ids.size() >= expected;
+        },
+        120s);
+    return ids.size();
+  }
+};
+
+// Design "same transaction": each writer deletes its row in the transaction that inserted
+// it. 200,000 events (100 through the producer helper, the rest by SQL doing the same in
+// bulk): all arrive, the outbox is empty all along, and the relay skips the DELETEs.
+TEST_F(CleanupTest, SameTransactionDeleteDeliversEverythingAndLeavesTheOutboxEmpty) {
+  config_.outbox_cleanup = OutboxCleanup::kSameTransaction;
+  config_.recovery_enabled = false;
+  StartRelay();
+
+  outbox::OutboxTarget target;
+  target.delete_in_same_transaction = true;
+  const outbox::OutboxWriter writer(target);
+  PGconn* app = PQconnectdb(pg_->conninfo().c_str());
+  ASSERT_EQ(PQstatus(app), CONNECTION_OK);
+  auto run = [&](const char* sql) {
+    PGresult* r = PQexec(app, sql);
+    EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
+    PQclear(r);
+  };
+  constexpr int kHelperEvents = 100;
+  for (int i = 0; i < kHelperEvents; ++i) {
+    run("BEGIN");
+    outbox::OutboxEvent e;
+    e.aggregate_type = "payment";
+    e.aggregate_id = "wallet-" + std::to_string(i % 7);
+    e.event_type = "PaymentMade";
+    e.payload = "{\"seq\": " + std::to_string(-1 - i) + "}";
+    ASSERT_TRUE(writer.Append(app, e).ok());
+    run("COMMIT");
+  }
+  PQfinish(app);
+  constexpr int kBulkTxs = 100, kRowsPerTx = 1999;
+  for (int t = 0; t < kBulkTxs; ++t) {
+    const int lo = t * kRowsPerTx, hi = lo + kRowsPerTx - 1;
+    ASSERT_TRUE(pg_->Exec("BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
+                          "payload) SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
+                          "jsonb_build_object('seq', g) FROM generate_series(" +
+                          std::to_string(lo) + ", " + std::to_string(hi) +
+                          ") g; DELETE FROM outbox WHERE (payload->>'seq')::int BETWEEN " +
+                          std::to_string(lo) + " AND " + std::to_string(hi) + "; COMMIT")
+                    .ok());
+  }
+  const size_t total = kHelperEvents + kBulkTxs * kRowsPerTx;
+  ASSERT_EQ(total, 200'000u);
+  EXPECT_EQ(OutboxRows(), 0);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
+  EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), kTopic, kTopicPartitions),
+            static_cast<int64_t>(total));
+  EXPECT_EQ(DistinctIds(total), total);
+  EXPECT_EQ(relay_->stats().skipped_deletes.load(), total);
+  EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
+  EXPECT_EQ(OutboxRows(), 0);
+}
+
+// Lost-slot recovery republishes from the outbox tables: with the rows deleted by their
+// writers there is nothing to republish, so the configuration refuses recovery, with the
+// way out; and the poll mode, which reads rows, refuses the design.
+TEST_F(CleanupTest, SameTransactionRefusesRecoveryAndPollMode) {
+  config_.outbox_cleanup = OutboxCleanup::kSameTransaction;
+  Status st = config_.Validate();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--recovery-enabled false"), std::string::npos) << st.message();
+  config_.recovery_enabled = false;
+  EXPECT_TRUE(config_.Validate().ok()) << config_.Validate().ToString();
+  config_.source_mode = SourceMode::kPoll;
+  EXPECT_EQ(config_.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace walrelay::relay
