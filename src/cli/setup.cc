@@ -4,6 +4,7 @@
 
 #include "slot/pg_error.h"
 #include "slot/slot_admin.h"
+#include "src/relay/partitions.h"
 #include "src/relay/progress.h"
 #include "src/relay/schema.h"
 
@@ -16,8 +17,18 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
       if (name.ok() && !name->schema.empty() && name->schema != "public") {
         sql.push_back("CREATE SCHEMA IF NOT EXISTS " + QuoteIdentifier(name->schema));
       }
-      sql.push_back(relay::OutboxTableDdl(t));
-      sql.push_back(relay::QueueTableStorageSql(t));
+      if (config.outbox_cleanup == relay::OutboxCleanup::kPartitions) {
+        // Partitions are dropped whole: no dead tuples, no autovacuum settings to tune.
+        sql.push_back(relay::PartitionedOutboxTableDdl(t));
+        for (const relay::PartitionRange& r :
+             relay::PartitionRanges(t, config.partition_period, std::chrono::system_clock::now(),
+                                    relay::PartitionsAhead(config.partition_period))) {
+          sql.push_back(relay::CreatePartitionSql(t, r));
+        }
+      } else {
+        sql.push_back(relay::OutboxTableDdl(t));
+        sql.push_back(relay::QueueTableStorageSql(t));
+      }
     }
   }
   sql.push_back(relay::DeadLetterTableDdl(QuoteQualifiedName(config.dead_letter_table)));

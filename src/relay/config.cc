@@ -169,10 +169,20 @@ Status RelayConfig::Validate() const {
           "outbox.cleanup same-transaction leaves no row to delete: set outbox.retention_ms 0");
     }
   }
-  if (outbox_cleanup == OutboxCleanup::kPartitions && outbox_retention.count() <= 0) {
-    return InvalidArgumentError(
-        "outbox.cleanup partitions drops partitions older than outbox.retention_ms: set it "
-        "(e.g. 86400000 for a day)");
+  if (outbox_cleanup == OutboxCleanup::kPartitions) {
+    if (outbox_retention.count() <= 0) {
+      return InvalidArgumentError(
+          "outbox.cleanup partitions drops partitions older than outbox.retention_ms: set it "
+          "(e.g. 86400000 for a day)");
+    }
+    for (const auto& t : tables) {
+      auto name = ParseQualifiedName(t);
+      if (name.ok() && name->name.size() > 52) {  // + "_pYYYYMMDDHH" within 63 bytes
+        return InvalidArgumentError("outbox.cleanup partitions: the name of table " + t +
+                                    " is longer than 52 bytes, too long for its partitions' "
+                                    "names (<table>_pYYYYMMDDHH, 63 bytes at most)");
+      }
+    }
   }
   if (outbox_retention.count() > 0 && (columns.created_at.empty() || tables.empty())) {
     return InvalidArgumentError(

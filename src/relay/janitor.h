@@ -14,6 +14,9 @@
 // marked: published_at IS NOT NULL (set only after Kafka acked the row or it was
 // dead-lettered).
 //
+// Partitions (outbox.cleanup partitions): partitions.h, the same rule for a whole
+// partition; the round also creates the partitions ahead.
+//
 // Each batch is one short statement (at most batch_rows rows, FOR UPDATE SKIP LOCKED so it
 // never waits for a writer), at most batches_per_second of them; it runs on its own
 // connection and thread, and a failure is logged and counted, then retried at the next
@@ -27,6 +30,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "slot/pg_error.h"
+#include "src/relay/config.h"
 #include "src/relay/periodic.h"
 
 namespace walrelay::relay {
@@ -43,6 +48,10 @@ struct JanitorOptions {
   std::chrono::milliseconds interval{10000};  // between rounds once a round found nothing
   // Poll mode (poller.h): delivered = marked published_at, not preceding the slot's bound.
   bool poll_mode = false;
+  // kPartitions: whole partitions are dropped instead of rows deleted (partitions.h), by
+  // the same rule; kSameTransaction never runs a janitor.
+  OutboxCleanup cleanup = OutboxCleanup::kJanitor;
+  PartitionPeriod period = PartitionPeriod::kDaily;
 };
 
 class OutboxJanitor {
@@ -55,22 +64,31 @@ class OutboxJanitor {
   void Start();
   void Stop();
 
-  // One round over every table: batches until a batch deletes fewer than batch_rows rows.
-  // Returns the rows deleted. (The thread calls it; exposed for tests and tools.)
+  // One round over every table: batches until a batch deletes fewer than batch_rows rows,
+  // or (kPartitions) MaintainPartitions. Returns the rows deleted, or the partitions
+  // dropped. (The thread calls it; exposed for tests and tools.)
   Result<uint64_t> RunOnce();
 
   uint64_t deleted() const { return deleted_.load(std::memory_order_relaxed); }
+  uint64_t dropped_partitions() const {
+    return dropped_partitions_.load(std::memory_order_relaxed);
+  }
   uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
 
   // The DELETE of one batch of `table` (exposed for the documentation and tests).
   std::string BatchSql(const std::string& table) const;
+  // True for a row not yet delivered (SQL over an outbox table's columns).
+  std::string UndeliveredPredicate() const;
 
  private:
   void Round();
+  Result<uint64_t> DropPartitions(PGconn* conn);
 
   const JanitorOptions options_;
   std::atomic<uint64_t> deleted_{0};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> dropped_partitions_{0};
+  bool partman_said_ = false;
   PeriodicThread periodic_;
 };
 

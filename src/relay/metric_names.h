@@ -102,6 +102,10 @@ inline constexpr MetricName kLastHeartbeat{
 inline constexpr MetricName kJanitorDeleted{
     "walrelay_outbox_janitor_deleted_rows_total",
     "Outbox rows the janitor deleted (older than outbox.retention_ms and delivered)."};
+inline constexpr MetricName kJanitorDroppedPartitions{
+    "walrelay_outbox_janitor_dropped_partitions_total",
+    "Outbox partitions the janitor dropped (outbox.cleanup partitions: older than "
+    "outbox.retention_ms, every row delivered)."};
 inline constexpr MetricName kJanitorFailures{
     "walrelay_outbox_janitor_failures_total",
     "Janitor rounds that failed (logged; the rows stay until a later round)."};
@@ -121,6 +125,10 @@ inline constexpr MetricName kTableSizeBytes{
 inline constexpr MetricName kTableInvalidIndexes{
     "walrelay_table_invalid_indexes",
     "Invalid indexes of the table (a failed CREATE INDEX CONCURRENTLY): drop and rebuild them."};
+inline constexpr MetricName kTablePartitions{
+    "walrelay_table_partitions",
+    "Partitions of the table (0: not partitioned); outbox.cleanup partitions keeps the "
+    "retention's worth plus a week (or 48 hours) ahead."};
 inline constexpr MetricName kSlotRecoveries{
     "walrelay_slot_recoveries_total",
     "Times the slot was found lost or missing and recreated, re-publishing from the outbox."};

@@ -548,12 +548,16 @@ Status Relay::StartObservability() {
     jopts.batch_rows = static_cast<int>(config_.janitor_batch_rows);
     jopts.interval = config_.janitor_interval;
     jopts.poll_mode = config_.source_mode == SourceMode::kPoll;
+    jopts.cleanup = config_.outbox_cleanup;
+    jopts.period = config_.partition_period;
     obs_->janitor = std::make_unique<OutboxJanitor>(std::move(jopts));  // started with streaming
     OutboxJanitor* janitor = obs_->janitor.get();
     r.AddCounterCallback(mn::kJanitorDeleted.name, mn::kJanitorDeleted.help, {},
                          [janitor] { return static_cast<double>(janitor->deleted()); });
     r.AddCounterCallback(mn::kJanitorFailures.name, mn::kJanitorFailures.help, {},
                          [janitor] { return static_cast<double>(janitor->failures()); });
+    r.AddCounterCallback(mn::kJanitorDroppedPartitions.name, mn::kJanitorDroppedPartitions.help,
+                         {}, [janitor] { return static_cast<double>(janitor->dropped_partitions()); });
   }
 
   if (!config_.metrics_address.empty()) {

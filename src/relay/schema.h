@@ -27,6 +27,27 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
          ")";
 }
 
+// The documented outbox table range-partitioned on created_at (outbox.cleanup partitions,
+// partitions.h): the primary key includes the partition key, as PostgreSQL requires; no
+// partition is made here. Idempotent. Published through the root
+// (publish_via_partition_root), so the relay sees one table.
+inline std::string PartitionedOutboxTableDdl(std::string_view qualified_table) {
+  std::string t = QuoteQualifiedName(qualified_table);
+  return "CREATE TABLE IF NOT EXISTS " + t +
+         " (\n"
+         "  id             bigint GENERATED ALWAYS AS IDENTITY,\n"
+         "  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),\n"
+         "  aggregate_type text,\n"
+         "  aggregate_id   text NOT NULL,\n"
+         "  topic          text,\n"
+         "  event_type     text NOT NULL,\n"
+         "  payload        jsonb NOT NULL,\n"
+         "  headers        jsonb,\n"
+         "  created_at     timestamptz NOT NULL DEFAULT now(),\n"
+         "  PRIMARY KEY (id, created_at)\n"
+         ") PARTITION BY RANGE (created_at)";
+}
+
 // Autovacuum settings for a queue table (docs/operations.md section 4): vacuum after a
 // fixed number of dead (or inserted) rows instead of a fraction of a table that may be
 // huge; rows are never updated, so fillfactor stays 100. `walrelay setup` applies them to

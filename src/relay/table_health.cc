@@ -14,15 +14,26 @@ Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
     WALRELAY_ASSIGN_OR_RETURN(
         slot::PgResultPtr r,
         slot::ExecPg(conn,
-                     "SELECT c.oid::regclass::text, coalesce(s.n_live_tup, 0), "
-                     "coalesce(s.n_dead_tup, 0), "
-                     "extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum)), "
-                     "extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze)), "
-                     "pg_total_relation_size(c.oid), "
-                     "(SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid AND NOT "
-                     "i.indisvalid) "
-                     "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                     "WHERE c.oid = to_regclass($1)",
+                     // A partitioned table has no rows of its own: its leaves are summed.
+                     // (pg_partition_tree lists nothing for a plain table: it is its own
+                     // tree.)
+                     "WITH t AS (SELECT oid, relkind FROM pg_class WHERE oid = to_regclass($1)), "
+                     "tree AS (SELECT p.relid, p.isleaf FROM t, pg_partition_tree(t.oid) p "
+                     "UNION SELECT t.oid, true FROM t WHERE t.relkind <> 'p'), "
+                     "leaf AS (SELECT s.*, EXTRACT(epoch FROM now() - greatest(s.last_vacuum, "
+                     "s.last_autovacuum)) AS since_vacuum, EXTRACT(epoch FROM now() - "
+                     "greatest(s.last_analyze, s.last_autoanalyze)) AS since_analyze FROM tree "
+                     "LEFT JOIN pg_stat_user_tables s ON s.relid = tree.relid WHERE tree.isleaf) "
+                     "SELECT t.oid::regclass::text, (SELECT coalesce(sum(n_live_tup), 0) FROM "
+                     "leaf), (SELECT coalesce(sum(n_dead_tup), 0) FROM leaf), "
+                     // the leaf whose dead rows wait longest, else the latest vacuum anywhere
+                     "coalesce((SELECT max(since_vacuum) FROM leaf WHERE n_dead_tup > 0), "
+                     "(SELECT min(since_vacuum) FROM leaf)), "
+                     "(SELECT min(since_analyze) FROM leaf), "
+                     "(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM tree), "
+                     "(SELECT count(*) FROM tree JOIN pg_index i ON i.indrelid = tree.relid "
+                     "WHERE NOT i.indisvalid), "
+                     "(SELECT count(*) FROM pg_inherits WHERE inhparent = t.oid) FROM t",
                      {table.c_str()}, "table health of " + table));
     if (PQntuples(r.get()) != 1) continue;  // not there (yet): nothing to show
     const PGresult* res = r.get();
@@ -38,6 +49,7 @@ Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
     row.seconds_since_analyze = num(4);
     row.total_bytes = static_cast<int64_t>(num(5).value_or(0));
     row.invalid_indexes = static_cast<int64_t>(num(6).value_or(0));
+    row.partitions = static_cast<int64_t>(num(7).value_or(0));
     out.push_back(std::move(row));
   }
   return out;
@@ -73,6 +85,7 @@ Status TableHealthMonitor::Poll() {
     set(mn::kTableSecondsSinceAnalyze, row.seconds_since_analyze.value_or(-1));
     set(mn::kTableSizeBytes, static_cast<double>(row.total_bytes));
     set(mn::kTableInvalidIndexes, static_cast<double>(row.invalid_indexes));
+    set(mn::kTablePartitions, static_cast<double>(row.partitions));
   }
   return Status::Ok();
 }

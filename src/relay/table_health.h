@@ -1,12 +1,14 @@
 // TableHealth: what the outbox and dead-letter tables look like to PostgreSQL, exported as
 // metrics for the dashboard and the alerts (issue 14): live and dead tuples
 // (pg_stat_user_tables), seconds since the last (auto)vacuum and (auto)analyze, total size
-// with indexes and TOAST, and invalid indexes (a failed CREATE INDEX CONCURRENTLY leaves
-// one that every write still maintains). Polled on its own connection and thread every
+// with indexes and TOAST, invalid indexes (a failed CREATE INDEX CONCURRENTLY leaves one
+// that every write still maintains) and the number of partitions. A partitioned table
+// (outbox.cleanup partitions) reports the sum over its leaf partitions; its seconds since
+// vacuum are those of the leaf whose dead rows wait longest. Polled on its own connection and thread every
 // `interval` (the slot guard's); a failed poll is logged once per failure streak and the
 // previous values stay. Gauges carry the label table=<schema.table>.
 //
-// Not yet: partition counts and ages, the age of the oldest row and of the oldest
+// Not yet: partition ages, the age of the oldest row and of the oldest
 // unconfirmed row (a min(created_at) needs an index to be cheap), the inbox tables.
 #pragma once
 
@@ -28,6 +30,7 @@ struct TableHealthRow {
   std::optional<double> seconds_since_vacuum, seconds_since_analyze;  // nullopt: never
   int64_t total_bytes = 0;
   int64_t invalid_indexes = 0;
+  int64_t partitions = 0;  // 0: not partitioned
 };
 
 // One row per table of `tables` that exists (names as SQL text, base/sql.h).

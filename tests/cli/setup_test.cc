@@ -82,6 +82,27 @@ TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
   EXPECT_NE(r.output.find("max_slot_wal_keep_size = -1"), std::string::npos) << r.output;
 }
 
+// Cleanup design "partitions" (issue 14): setup makes the outbox range-partitioned on
+// created_at, with the partitions of today and the next six days, published through its
+// root; again, it changes nothing; a write lands in today's partition.
+TEST_F(SetupTest, PartitionedOutboxWithAWeekOfPartitionsAhead) {
+  for (int i = 0; i < 2; ++i) {
+    CommandResult r = RunWalrelay("setup " + dsn_ +
+                                  " --outbox-cleanup partitions --outbox-retention-ms 86400000");
+    ASSERT_EQ(r.code, 0) << "run " << i << ": " << r.output;
+  }
+  EXPECT_EQ(Scalar("SELECT relkind FROM pg_class WHERE oid = 'public.outbox'::regclass"), "p");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_inherits WHERE inhparent = 'public.outbox'::regclass"),
+            "7");
+  EXPECT_EQ(Scalar("SELECT pubviaroot FROM pg_publication WHERE pubname = 'walrelay_outbox'"), "t");
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_id, event_type, payload) VALUES ('a', "
+                        "'E', '{}')")
+                  .ok());
+  EXPECT_EQ(Scalar("SELECT tableoid::regclass::text = 'outbox_p' || to_char(now() AT TIME ZONE "
+                   "'UTC', 'YYYYMMDD') FROM outbox"),
+            "t");
+}
+
 TEST_F(SetupTest, CreatesTheSlotOfTheConfiguredPlugin) {
   CommandResult r = RunWalrelay("setup " + dsn_ + " --source-plugin wal2json");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -7,10 +7,13 @@
 
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/outbox/outbox.h"
 #include "src/relay/config.h"
+#include "src/relay/partitions.h"
+#include "src/relay/schema.h"
 #include "tests/relay/relay_fixture.h"
 
 namespace walrelay::relay {
@@ -96,6 +99,67 @@ TEST_F(CleanupTest, SameTransactionDeleteDeliversEverythingAndLeavesTheOutboxEmp
   EXPECT_EQ(relay_->stats().skipped_deletes.load(), total);
   EXPECT_EQ(relay_->stats().events_dead_lettered.load(), 0u);
   EXPECT_EQ(OutboxRows(), 0);
+}
+
+// Design "partitions": the outbox range-partitioned by day, 200,000 rows spread over the
+// last six days and today (their created_at set so). Retention two days: the partitions of
+// days -6..-3 end entirely before now - 2 days. While the brokers are down none of them is
+// dropped (their rows are not delivered); once everything arrived they are, and only they;
+// the janitor created the six days ahead; every event arrives.
+TEST_F(CleanupTest, PartitionsOlderThanTheRetentionAreDroppedOnceDelivered) {
+  ASSERT_TRUE(pg_->Exec("DROP TABLE outbox").ok());
+  ASSERT_TRUE(pg_->Exec(PartitionedOutboxTableDdl("public.outbox")).ok());
+  const auto now = std::chrono::system_clock::now();
+  for (const PartitionRange& r :
+       PartitionRanges("public.outbox", PartitionPeriod::kDaily, now - 6 * 24h, 7)) {
+    ASSERT_TRUE(pg_->Exec(CreatePartitionSql("public.outbox", r)).ok()) << r.name;
+  }
+  auto partitions = [&] {
+    return std::stoi(*pg_->QueryScalar(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'public.outbox'::regclass"));
+  };
+  auto expired = [&] {  // partitions whose range ends before now - 2 days
+    return std::stoi(*pg_->QueryScalar(
+        "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE "
+        "i.inhparent = 'public.outbox'::regclass AND (regexp_match(pg_get_expr(c.relpartbound, "
+        "c.oid), 'TO \\(''([^'']+)''\\)'))[1]::timestamptz <= now() - interval '2 days'"));
+  };
+  ASSERT_EQ(partitions(), 7);
+  ASSERT_EQ(expired(), 4);
+  config_.outbox_cleanup = OutboxCleanup::kPartitions;
+  config_.outbox_retention = 48h;
+  config_.janitor_interval = 100ms;
+  StartRelay();
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  constexpr int kTxs = 100, kRows = 2000;
+  for (int t = 0; t < kTxs; ++t) {
+    const int lo = t * kRows, hi = lo + kRows - 1;
+    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, "
+                          "created_at) SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
+                          "jsonb_build_object('seq', g), now() - make_interval(days => g % 7) "
+                          "FROM generate_series(" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + ") g")
+                    .ok());
+  }
+  // Rounds of the janitor while nothing can be delivered: partitions ahead appear, none goes.
+  for (int i = 0; i < 100 && partitions() < 13; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(partitions(), 13) << "today and the next six days, plus the six days before";
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(expired(), 4) << "a partition with undelivered rows was dropped";
+
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
+  for (int i = 0; i < 300 && expired() > 0; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(expired(), 0) << "delivered partitions older than the retention stayed";
+  EXPECT_EQ(partitions(), 9);
+  constexpr size_t kTotal = kTxs * kRows;
+  EXPECT_EQ(DistinctIds(kTotal), kTotal);
+  // Rows of days 0, -1, -2 stay (seq % 7 in 0..2).
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) = count(*) FILTER (WHERE (payload->>'seq')::int % 7 "
+                              "< 3) FROM outbox"),
+            "t");
+  EXPECT_NE(relay_->RenderMetrics().find("walrelay_outbox_janitor_dropped_partitions_total 4"),
+            std::string::npos);
 }
 
 // Lost-slot recovery republishes from the outbox tables: with the rows deleted by their

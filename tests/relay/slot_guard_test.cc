@@ -253,6 +253,36 @@ TEST_F(SlotGuardTest, TableHealthReadsDeadTuplesAndInvalidIndexes) {
   EXPECT_TRUE(rows.ok() && rows->empty());
 }
 
+// A partitioned table (outbox.cleanup partitions) has no rows of its own: its health is the
+// sum over its partitions, with the count of partitions.
+TEST_F(SlotGuardTest, TableHealthOfAPartitionedTableSumsItsPartitions) {
+  using namespace std::chrono_literals;
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE TABLE parted (id int, v int) PARTITION BY RANGE (id);"
+                         "CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (500) "
+                         "WITH (autovacuum_enabled = false);"
+                         "CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (500) TO "
+                         "(1000) WITH (autovacuum_enabled = false);"
+                         "INSERT INTO parted SELECT g, g FROM generate_series(0, 999) g;"
+                         "DELETE FROM parted WHERE id % 10 = 0;")
+                  .ok());
+  metrics::Registry registry;
+  TableHealthMonitor monitor(cluster_->conninfo(), {"public.parted"}, 1s, &registry);
+  std::string text;
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(100ms)) {
+    ASSERT_TRUE(monitor.Poll().ok());
+    text = registry.Render();
+    if (text.find("walrelay_table_dead_rows{table=\"parted\"} 100") != std::string::npos) break;
+  }
+  EXPECT_NE(text.find("walrelay_table_dead_rows{table=\"parted\"} 100"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("walrelay_table_live_rows{table=\"parted\"} 900"), std::string::npos);
+  EXPECT_NE(text.find("walrelay_table_partitions{table=\"parted\"} 2"), std::string::npos);
+  EXPECT_EQ(text.find("walrelay_table_size_bytes{table=\"parted\"} 0\n"), std::string::npos)
+      << "the partitions' size is the table's";
+}
+
 TEST_F(SlotGuardTest, ThreadPollsAndStops) {
   SlotGuardOptions o;
   o.conninfo = cluster_->conninfo();
