@@ -20,6 +20,7 @@
 #include "src/metrics/registry.h"
 #include "src/relay/metric_names.h"
 #include "src/relay/slot_guard.h"
+#include "src/relay/table_health.h"
 
 namespace walrelay::cli {
 namespace {
@@ -45,6 +46,9 @@ struct Snapshot {
   std::optional<uint64_t> warn_bytes;
   std::optional<uint64_t> critical_bytes;
   int exit_code = kLagExitOk;
+  // --tables: the health of the outbox, inbox and dead-letter tables asked for.
+  std::vector<relay::TableHealthRow> tables;
+  std::vector<std::string> missing_tables;  // asked for, not found
 };
 
 Result<Snapshot> Collect(slot::SlotAdmin& admin, const Threshold& warn, const Threshold& critical,
@@ -83,6 +87,27 @@ Result<Snapshot> Collect(slot::SlotAdmin& admin, const Threshold& warn, const Th
   return s;
 }
 
+// --tables: one row per table that exists (ReadTableHealth), the others named.
+Status CollectTables(PGconn* conn, const std::vector<std::string>& tables, Snapshot* s) {
+  for (const std::string& t : tables) {
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<relay::TableHealthRow> rows,
+                              relay::ReadTableHealth(conn, {t}));
+    if (rows.empty()) {
+      s->missing_tables.push_back(t);
+    } else {
+      s->tables.push_back(std::move(rows.front()));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string Seconds(const std::optional<double>& v) {
+  if (!v) return "never";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0fs", *v);
+  return buf;
+}
+
 std::string OptBytes(const std::optional<uint64_t>& b) {
   return b ? relay::FormatBytes(*b) : "n/a";
 }
@@ -102,6 +127,23 @@ std::string KeepSize(int64_t keep) {
 }
 
 // ---------------------------------------------------------------------------- table
+
+// Rows of cells as left-aligned columns two spaces apart.
+std::string Columns(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : cells) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      out += row[c];
+      if (c + 1 < row.size()) out += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    out += "\n";
+  }
+  return out;
+}
 
 std::string RenderTable(const Snapshot& s) {
   std::ostringstream out;
@@ -126,23 +168,27 @@ std::string RenderTable(const Snapshot& s) {
                      SafeWalSize(r, s.settings.max_slot_wal_keep_size_bytes), "n/a",
                      std::string(relay::SlotStateName(r.eval.state))});
   }
-  std::vector<size_t> width(cells[0].size(), 0);
-  for (const auto& row : cells) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  for (const auto& row : cells) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
-    }
-    out << line << "\n";
-  }
+  out << Columns(cells);
   if (s.rows.empty()) out << "(no replication slots)\n";
   for (const auto& r : s.rows) {
     if (r.eval.state != SlotState::kOk) {
       out << r.name << ": " << relay::SlotStateName(r.eval.state) << ": " << r.eval.reason << "\n";
     }
+  }
+  if (!s.tables.empty() || !s.missing_tables.empty()) {
+    out << "\n";
+    std::vector<std::vector<std::string>> t = {{"TABLE", "LIVE_ROWS", "DEAD_ROWS", "SIZE",
+                                                "SINCE_VACUUM", "SINCE_ANALYZE",
+                                                "INVALID_INDEXES", "PARTITIONS"}};
+    for (const relay::TableHealthRow& h : s.tables) {
+      t.push_back({h.table, std::to_string(h.live_rows), std::to_string(h.dead_rows),
+                   relay::FormatBytes(static_cast<uint64_t>(h.total_bytes)),
+                   Seconds(h.seconds_since_vacuum), Seconds(h.seconds_since_analyze),
+                   std::to_string(h.invalid_indexes),
+                   h.partitions > 0 ? std::to_string(h.partitions) : "-"});
+    }
+    out << Columns(t);
+    for (const std::string& m : s.missing_tables) out << "note: table " << m << " not found\n";
   }
   return out.str();
 }
@@ -196,7 +242,31 @@ std::string RenderJson(const Snapshot& s) {
     o += ",\"reason\":" + JsonString(r.eval.reason);
     o += "}";
   }
-  o += "]}\n";
+  o += "]";
+  if (!s.tables.empty() || !s.missing_tables.empty()) {
+    o += ",\"tables\":[";
+    for (size_t k = 0; k < s.tables.size(); ++k) {
+      const relay::TableHealthRow& h = s.tables[k];
+      auto seconds = [](const std::optional<double>& v) {
+        return v ? std::to_string(static_cast<int64_t>(*v)) : std::string("null");
+      };
+      if (k > 0) o += ",";
+      o += "{\"table\":" + JsonString(h.table);
+      o += ",\"live_rows\":" + std::to_string(h.live_rows);
+      o += ",\"dead_rows\":" + std::to_string(h.dead_rows);
+      o += ",\"total_bytes\":" + std::to_string(h.total_bytes);
+      o += ",\"seconds_since_vacuum\":" + seconds(h.seconds_since_vacuum);
+      o += ",\"seconds_since_analyze\":" + seconds(h.seconds_since_analyze);
+      o += ",\"invalid_indexes\":" + std::to_string(h.invalid_indexes);
+      o += ",\"partitions\":" + std::to_string(h.partitions) + "}";
+    }
+    o += "],\"missing_tables\":[";
+    for (size_t k = 0; k < s.missing_tables.size(); ++k) {
+      o += (k > 0 ? "," : "") + JsonString(s.missing_tables[k]);
+    }
+    o += "]";
+  }
+  o += "}\n";
   return o;
 }
 
@@ -243,6 +313,7 @@ std::string RenderPrometheus(const Snapshot* s, int exit_code) {
         reg.AddGauge(mn::kSlotState.name, mn::kSlotState.help, sl).Set(st == r.eval.state ? 1 : 0);
       }
     }
+    for (const relay::TableHealthRow& h : s->tables) relay::SetTableHealthGauges(h, reg);
   }
   return reg.Render();
 }
@@ -276,6 +347,11 @@ LagCommand::LagCommand(CLI::App* parent) {
   app_->add_option("--slot", slots_,
                    "Only these slots (repeatable); a listed slot that does not exist is "
                    "critical");
+  app_->add_option("--tables", tables_,
+                   "Also show these tables' health (outbox, inbox, dead-letter; comma-separated "
+                   "or repeated): live and dead rows, size, seconds since (auto)vacuum and "
+                   "(auto)analyze, invalid indexes, partitions (a partitioned table: summed)")
+      ->delimiter(',');
   app_->add_option("--watch", watch_seconds_,
                    "Refresh every SECONDS until interrupted (exit code of the last round)")
       ->check(CLI::PositiveNumber);
@@ -324,6 +400,7 @@ int LagCommand::Run() const {
   const bool tty = isatty(STDOUT_FILENO) == 1;
 
   std::unique_ptr<slot::SlotAdmin> admin;
+  slot::PgConnPtr health_conn;  // --tables
   int code = kLagExitUnknown;
   do {
     Result<Snapshot> snap = UnavailableError("not connected");
@@ -337,6 +414,22 @@ int LagCommand::Run() const {
     }
     if (admin) {
       snap = Collect(*admin, *warn, *critical, slots_);
+      if (snap.ok() && !tables_.empty()) {
+        if (!health_conn) {
+          auto c = slot::ConnectPg(dsn, "false", "table health");
+          if (c.ok()) {
+            health_conn = std::move(*c);
+          } else {
+            snap = c.status();
+          }
+        }
+        if (health_conn) {
+          if (Status st = CollectTables(health_conn.get(), tables_, &*snap); !st.ok()) {
+            health_conn.reset();
+            snap = st;
+          }
+        }
+      }
       if (!snap.ok() && snap.status().code() == StatusCode::kUnavailable) admin.reset();
     }
     if (snap.ok()) {

@@ -11,6 +11,11 @@
 // inactive_since column arrived in PostgreSQL 17), so the column says "n/a" (JSON null)
 // and nothing is derived.
 //
+// --tables NAME,...: also the health of those tables (relay/table_health.h: live and dead
+// rows, size, vacuum and analyze ages, invalid indexes, partitions), as a second table,
+// a "tables" array in JSON and the walrelay_table_* gauges in Prometheus form; a table
+// that does not exist is named (missing_tables) and changes no exit code.
+//
 // Output: a table (default), --json (one JSON document per refresh, on one line), or
 // --prometheus (one exposition for node_exporter's textfile collector).
 // --watch SECONDS repeats until SIGINT/SIGTERM (and then exits with the last code).
@@ -59,6 +64,7 @@ class LagCommand {
   std::string warn_;
   std::string critical_;
   std::vector<std::string> slots_;
+  std::vector<std::string> tables_;
 };
 
 }  // namespace walrelay::cli

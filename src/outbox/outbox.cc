@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "slot/pg_error.h"
 #include "src/relay/schema.h"
 
 namespace walrelay::outbox {
@@ -57,21 +58,24 @@ struct ResultDeleter {
 };
 using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
 
+// slot/pg_error.h's SQLSTATE table, in the terms of this helper's contract (outbox.h):
+// the writer's values -> kInvalidArgument, the connection or server right now ->
+// kUnavailable, an aborted transaction or other server state -> kFailedPrecondition, a
+// missing privilege -> kPermissionDenied, the SQL or schema -> kInternal.
 Status MapError(PGconn* conn, const PGresult* res, std::string_view context) {
-  const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
-  std::string msg = res != nullptr ? PQresultErrorMessage(res) : PQerrorMessage(conn);
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  std::string sqlstate = state != nullptr ? state : "";
-  std::string text = std::string(context) + ": " + msg;
-  if (!sqlstate.empty()) text += " (SQLSTATE " + sqlstate + ")";
-  if (PQstatus(conn) != CONNECTION_OK || sqlstate.empty()) return UnavailableError(text);
-  const std::string_view cls = std::string_view(sqlstate).substr(0, 2);
-  if (sqlstate == "40001" || sqlstate == "40P01" || cls == "08" || cls == "57" || cls == "53") {
-    return UnavailableError(text);
+  const slot::PgFailure f = slot::FailureFromResult(conn, res, context);
+  const std::string& text = f.status.message();
+  switch (f.fault) {
+    case slot::PgFault::kTransient:
+      return UnavailableError(text);
+    case slot::PgFault::kData:
+      return InvalidArgumentError(text);
+    case slot::PgFault::kServerState:
+      return FailedPreconditionError(text);
+    case slot::PgFault::kStatement:
+      break;
   }
-  if (sqlstate == "25P02") return FailedPreconditionError(text);
-  if (cls == "22" || cls == "23") return InvalidArgumentError(text);
-  if (sqlstate == "42501") return PermissionDeniedError(text);
+  if (f.status.code() == StatusCode::kPermissionDenied) return f.status;
   return InternalError(text);
 }
 

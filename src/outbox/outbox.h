@@ -158,10 +158,12 @@ class OutboxWriter {
   //   kInvalidArgument      missing required field, NUL byte, a value for an absent
   //                         column, or PostgreSQL rejected the data (22xxx/23xxx: bad
   //                         JSON, bad uuid, NOT NULL, ...)
-  //   kFailedPrecondition   not inside an open transaction, or the transaction is aborted
-  //   kUnavailable          connection lost / server shutting down / 40001, 40P01
+  //   kFailedPrecondition   not inside an open transaction, the transaction is aborted, or
+  //                         another server state an operator must fix
+  //   kUnavailable          connection lost / server shutting down / 40001, 40P01, 53xxx
   //   kPermissionDenied     42501 (no INSERT privilege on the table)
-  //   kInternal             anything else (42P01 no such table, 42703 no such column, ...)
+  //   kInternal             the SQL or schema (42P01 no such table, 42703 no such column, ...)
+  // Server errors are classified by slot/pg_error.h's SQLSTATE table (its fault column).
   // After any server error the caller's transaction is aborted: roll it back.
   Status Append(PGconn* conn, const OutboxEvent& event, std::string* event_id_out = nullptr) const;
 

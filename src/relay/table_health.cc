@@ -55,6 +55,19 @@ Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
   return out;
 }
 
+void SetTableHealthGauges(const TableHealthRow& row, metrics::Registry& registry) {
+  namespace mn = metric_names;
+  const metrics::Labels l = {{"table", row.table}};
+  auto set = [&](const mn::MetricName& m, double v) { registry.AddGauge(m.name, m.help, l).Set(v); };
+  set(mn::kTableLiveRows, static_cast<double>(row.live_rows));
+  set(mn::kTableDeadRows, static_cast<double>(row.dead_rows));
+  set(mn::kTableSecondsSinceVacuum, row.seconds_since_vacuum.value_or(-1));
+  set(mn::kTableSecondsSinceAnalyze, row.seconds_since_analyze.value_or(-1));
+  set(mn::kTableSizeBytes, static_cast<double>(row.total_bytes));
+  set(mn::kTableInvalidIndexes, static_cast<double>(row.invalid_indexes));
+  set(mn::kTablePartitions, static_cast<double>(row.partitions));
+}
+
 Status TableHealthMonitor::Poll() {
   auto fail = [&](Status st) {
     if (!failing_) {
@@ -73,20 +86,7 @@ Status TableHealthMonitor::Poll() {
   if (!rows.ok()) return fail(rows.status());
   failing_ = false;
   if (registry_ == nullptr) return Status::Ok();
-  namespace mn = metric_names;
-  for (const TableHealthRow& row : *rows) {
-    const metrics::Labels l = {{"table", row.table}};
-    auto set = [&](const mn::MetricName& m, double v) {
-      registry_->AddGauge(m.name, m.help, l).Set(v);
-    };
-    set(mn::kTableLiveRows, static_cast<double>(row.live_rows));
-    set(mn::kTableDeadRows, static_cast<double>(row.dead_rows));
-    set(mn::kTableSecondsSinceVacuum, row.seconds_since_vacuum.value_or(-1));
-    set(mn::kTableSecondsSinceAnalyze, row.seconds_since_analyze.value_or(-1));
-    set(mn::kTableSizeBytes, static_cast<double>(row.total_bytes));
-    set(mn::kTableInvalidIndexes, static_cast<double>(row.invalid_indexes));
-    set(mn::kTablePartitions, static_cast<double>(row.partitions));
-  }
+  for (const TableHealthRow& row : *rows) SetTableHealthGauges(row, *registry_);
   return Status::Ok();
 }
 

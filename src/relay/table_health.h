@@ -37,6 +37,9 @@ struct TableHealthRow {
 Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
                                                     const std::vector<std::string>& tables);
 
+// Sets the walrelay_table_* gauges of `row` (label table=<row.table>) in `registry`.
+void SetTableHealthGauges(const TableHealthRow& row, metrics::Registry& registry);
+
 class TableHealthMonitor {
  public:
   TableHealthMonitor(std::string conninfo, std::vector<std::string> tables,

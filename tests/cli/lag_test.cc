@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <map>
 #include <cstdio>
 #include <string>
 
@@ -103,6 +104,50 @@ TEST_F(LagTest, UnreadSlotCrossesWarnThenCriticalWithExitCodes) {
   // A slot that does not exist, when asked for, is critical.
   EXPECT_EQ(Lag(Dsn() + " --slot no_such_slot").code, 2);
   ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('lag_slot')").ok());
+}
+
+// --tables (issue 14): the tables' health next to the slots, in each output form; a
+// partitioned table's rows are its partitions'; a missing table is named, exit code as
+// without it.
+TEST_F(LagTest, TablesShowTheirHealthInEveryForm) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE TABLE health_plain (id int); CREATE TABLE health_parted (id int) "
+                         "PARTITION BY RANGE (id); CREATE TABLE health_parted_1 PARTITION OF "
+                         "health_parted FOR VALUES FROM (0) TO (100); CREATE TABLE "
+                         "health_parted_2 PARTITION OF health_parted FOR VALUES FROM (100) TO "
+                         "(200); INSERT INTO health_parted SELECT g FROM generate_series(0, 199) "
+                         "g; INSERT INTO health_plain SELECT g FROM generate_series(1, 50) g; "
+                         "ANALYZE health_plain, health_parted_1, health_parted_2")
+                  .ok());
+  const std::string tables = " --tables public.health_plain,public.health_parted --tables nope";
+  LagRun r = Lag(Dsn() + " --json" + tables);
+  EXPECT_EQ(r.code, 0) << r.out;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << r.out;
+  std::map<std::string, simdjson::dom::element> by_name;
+  for (simdjson::dom::element t : doc["tables"].get_array()) {
+    by_name[std::string(std::string_view(t["table"]))] = t;
+  }
+  ASSERT_EQ(by_name.size(), 2u) << r.out;
+  EXPECT_EQ(int64_t(by_name["health_plain"]["live_rows"]), 50);
+  EXPECT_EQ(int64_t(by_name["health_plain"]["partitions"]), 0);
+  EXPECT_GT(int64_t(by_name["health_plain"]["total_bytes"]), 0);
+  EXPECT_TRUE(by_name["health_plain"]["seconds_since_vacuum"].is_null());
+  EXPECT_FALSE(by_name["health_plain"]["seconds_since_analyze"].is_null());
+  EXPECT_EQ(int64_t(by_name["health_parted"]["live_rows"]), 200);
+  EXPECT_EQ(int64_t(by_name["health_parted"]["partitions"]), 2);
+  EXPECT_EQ(std::string_view(doc["missing_tables"].at(0)), "nope");
+
+  r = Lag(Dsn() + tables);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("DEAD_ROWS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("health_parted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: table nope not found"), std::string::npos) << r.out;
+  r = Lag(Dsn() + " --prometheus" + tables);
+  EXPECT_NE(r.out.find("walrelay_table_partitions{table=\"health_parted\"} 2"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(LagTest, JsonParsesAndCarriesEveryField) {
