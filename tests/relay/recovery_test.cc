@@ -295,6 +295,52 @@ TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) 
   for (const auto& row : *table) EXPECT_EQ(ids.count(*row[0]), 1u) << "row " << *row[0] << " lost";
 }
 
+// Issue 14: the janitor (outbox.retention_ms) and lost-slot recovery together. Rows written
+// while the brokers are down are not delivered, so the janitor keeps them; the slot is then
+// dropped; the next run republishes every one of them (and only then may the janitor take
+// them). A janitor that deleted rows past the recorded bound would lose them here.
+TEST_F(RecoveryTest, JanitorKeepsEveryRowRecoveryPromisesToRepublish) {
+  config_.outbox_retention = 1ms;
+  config_.janitor_interval = 100ms;
+  config_.janitor_batch_rows = 100;
+  StartRelay();
+  WriteEvents(0, 5, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  auto outbox_rows = [&] { return std::stoll(*pg_->QueryScalar("SELECT count(*) FROM outbox")); };
+  for (int i = 0; i < 300 && outbox_rows() > 0; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(outbox_rows(), 0) << "the janitor did not delete the delivered rows";
+
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  WriteEvents(500, 3, 100);
+  auto undelivered = pg_->Query("SELECT event_id::text FROM outbox");
+  ASSERT_TRUE(undelivered.ok());
+  ASSERT_EQ(undelivered->size(), 300u);
+  std::this_thread::sleep_for(1s);  // ten janitor rounds
+  EXPECT_EQ(outbox_rows(), 300) << "the janitor deleted undelivered rows";
+  StopRelay();
+  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+  const int64_t end =
+      kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
+  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
+                            static_cast<size_t>(end), 60s);
+  std::set<std::string> recovered;
+  for (const auto& r : records) {
+    auto position = ParsePosition(r.Header(kPositionHeader));
+    if (position && position->recovered) recovered.insert(r.Header("event_id"));
+  }
+  for (const auto& row : *undelivered) {
+    EXPECT_EQ(recovered.count(*row[0]), 1u) << "row " << *row[0] << " was not republished";
+  }
+  for (int i = 0; i < 300 && outbox_rows() > 0; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(outbox_rows(), 0) << "once delivered, the janitor takes the recovered rows too";
+}
+
 // A lost slot that walrelay never recorded progress for (made by hand or by setup): no
 // session can fix it, so Run() ends with the fix instead of retrying forever.
 TEST_F(RecoveryTest, LostSlotWithoutProgressEndsTheRunWithTheFix) {
