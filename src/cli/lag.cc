@@ -90,10 +90,15 @@ Result<Snapshot> Collect(slot::SlotAdmin& admin, const Threshold& warn, const Th
 // --tables: one row per table that exists (ReadTableHealth), the others named.
 Status CollectTables(PGconn* conn, const std::vector<std::string>& tables, Snapshot* s) {
   for (const std::string& t : tables) {
+    // NAME or NAME:COLUMN (the timestamp column its oldest row is found by).
+    const size_t colon = t.rfind(':');
+    relay::HealthTable spec = colon == std::string::npos
+                                  ? relay::HealthTable(t)
+                                  : relay::HealthTable(t.substr(0, colon), t.substr(colon + 1));
     WALRELAY_ASSIGN_OR_RETURN(std::vector<relay::TableHealthRow> rows,
-                              relay::ReadTableHealth(conn, {t}));
+                              relay::ReadTableHealth(conn, {spec}));
     if (rows.empty()) {
-      s->missing_tables.push_back(t);
+      s->missing_tables.push_back(spec.name);
     } else {
       s->tables.push_back(std::move(rows.front()));
     }
@@ -179,13 +184,14 @@ std::string RenderTable(const Snapshot& s) {
     out << "\n";
     std::vector<std::vector<std::string>> t = {{"TABLE", "LIVE_ROWS", "DEAD_ROWS", "SIZE",
                                                 "SINCE_VACUUM", "SINCE_ANALYZE",
-                                                "INVALID_INDEXES", "PARTITIONS"}};
+                                                "INVALID_INDEXES", "PARTITIONS", "OLDEST_ROW"}};
     for (const relay::TableHealthRow& h : s.tables) {
       t.push_back({h.table, std::to_string(h.live_rows), std::to_string(h.dead_rows),
                    relay::FormatBytes(static_cast<uint64_t>(h.total_bytes)),
                    Seconds(h.seconds_since_vacuum), Seconds(h.seconds_since_analyze),
                    std::to_string(h.invalid_indexes),
-                   h.partitions > 0 ? std::to_string(h.partitions) : "-"});
+                   h.partitions > 0 ? std::to_string(h.partitions) : "-",
+                   h.oldest_row_seconds ? Seconds(h.oldest_row_seconds) : "-"});
     }
     out << Columns(t);
     for (const std::string& m : s.missing_tables) out << "note: table " << m << " not found\n";
@@ -258,7 +264,9 @@ std::string RenderJson(const Snapshot& s) {
       o += ",\"seconds_since_vacuum\":" + seconds(h.seconds_since_vacuum);
       o += ",\"seconds_since_analyze\":" + seconds(h.seconds_since_analyze);
       o += ",\"invalid_indexes\":" + std::to_string(h.invalid_indexes);
-      o += ",\"partitions\":" + std::to_string(h.partitions) + "}";
+      o += ",\"partitions\":" + std::to_string(h.partitions);
+      o += ",\"oldest_partition_seconds\":" + seconds(h.seconds_since_oldest_partition);
+      o += ",\"oldest_row_seconds\":" + seconds(h.oldest_row_seconds) + "}";
     }
     o += "],\"missing_tables\":[";
     for (size_t k = 0; k < s.missing_tables.size(); ++k) {
@@ -350,7 +358,9 @@ LagCommand::LagCommand(CLI::App* parent) {
   app_->add_option("--tables", tables_,
                    "Also show these tables' health (outbox, inbox, dead-letter; comma-separated "
                    "or repeated): live and dead rows, size, seconds since (auto)vacuum and "
-                   "(auto)analyze, invalid indexes, partitions (a partitioned table: summed)")
+                   "(auto)analyze, invalid indexes, partitions (a partitioned table: summed); "
+                   "NAME:COLUMN adds the oldest row's age by that timestamp column when an "
+                   "index leads with it (outbox:created_at, inbox:received_at)")
       ->delimiter(',');
   app_->add_option("--watch", watch_seconds_,
                    "Refresh every SECONDS until interrupted (exit code of the last round)")

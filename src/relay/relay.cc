@@ -532,8 +532,9 @@ Status Relay::StartObservability() {
   gopts.registry = &r;
   obs_->guard = std::make_unique<SlotGuard>(std::move(gopts));  // started with streaming
   {
-    std::vector<std::string> health_tables = config_.tables;
-    health_tables.push_back(config_.dead_letter_table);
+    std::vector<HealthTable> health_tables;
+    for (const std::string& t : config_.tables) health_tables.emplace_back(t, config_.columns.created_at);
+    health_tables.emplace_back(config_.dead_letter_table, "dead_at");
     obs_->table_health = std::make_unique<TableHealthMonitor>(
         config_.SourceConninfo(), std::move(health_tables), config_.guard_interval, &r);
   }

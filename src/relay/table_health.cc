@@ -3,14 +3,16 @@
 #include <libpq-fe.h>
 #include <spdlog/spdlog.h>
 
+#include "base/sql.h"
 #include "src/relay/metric_names.h"
 
 namespace walrelay::relay {
 
 Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
-                                                    const std::vector<std::string>& tables) {
+                                                    const std::vector<HealthTable>& tables) {
   std::vector<TableHealthRow> out;
-  for (const std::string& table : tables) {
+  for (const HealthTable& spec : tables) {
+    const std::string& table = spec.name;
     WALRELAY_ASSIGN_OR_RETURN(
         slot::PgResultPtr r,
         slot::ExecPg(conn,
@@ -33,8 +35,17 @@ Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
                      "(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM tree), "
                      "(SELECT count(*) FROM tree JOIN pg_index i ON i.indrelid = tree.relid "
                      "WHERE NOT i.indisvalid), "
-                     "(SELECT count(*) FROM pg_inherits WHERE inhparent = t.oid) FROM t",
-                     {table.c_str()}, "table health of " + table));
+                     "(SELECT count(*) FROM pg_inherits WHERE inhparent = t.oid), "
+                     // the oldest partition's lower bound, when it is a date or timestamp
+                     "(SELECT EXTRACT(epoch FROM now() - min((regexp_match(pg_get_expr("
+                     "c.relpartbound, c.oid), '^FOR VALUES FROM \\(''(\\d{4}-\\d\\d-"
+                     "\\d\\d[^'']*)''\\)'))[1]::timestamptz)) FROM pg_inherits i JOIN "
+                     "pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = t.oid), "
+                     // an index that leads with the timestamp column makes min() cheap
+                     "EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
+                     "i.indrelid AND a.attnum = i.indkey[0] WHERE i.indrelid = t.oid AND "
+                     "a.attname = $2) FROM t",
+                     {table.c_str(), spec.timestamp_column.c_str()}, "table health of " + table));
     if (PQntuples(r.get()) != 1) continue;  // not there (yet): nothing to show
     const PGresult* res = r.get();
     auto num = [&](int col) -> std::optional<double> {
@@ -50,6 +61,23 @@ Result<std::vector<TableHealthRow>> ReadTableHealth(PGconn* conn,
     row.total_bytes = static_cast<int64_t>(num(5).value_or(0));
     row.invalid_indexes = static_cast<int64_t>(num(6).value_or(0));
     row.partitions = static_cast<int64_t>(num(7).value_or(0));
+    row.seconds_since_oldest_partition = num(8);
+    if (!spec.timestamp_column.empty()) {
+      if (std::string_view(PQgetvalue(res, 0, 9)) == "t") {
+        WALRELAY_ASSIGN_OR_RETURN(
+            slot::PgResultPtr oldest,
+            slot::ExecPg(conn,
+                         "SELECT EXTRACT(epoch FROM now() - min(" +
+                             QuoteIdentifier(spec.timestamp_column) + ")) FROM " +
+                             QuoteQualifiedName(table),
+                         {}, "the oldest row of " + table));
+        if (!PQgetisnull(oldest.get(), 0, 0)) {
+          row.oldest_row_seconds = std::strtod(PQgetvalue(oldest.get(), 0, 0), nullptr);
+        }
+      } else {
+        row.oldest_row_unindexed = true;
+      }
+    }
     out.push_back(std::move(row));
   }
   return out;
@@ -66,6 +94,8 @@ void SetTableHealthGauges(const TableHealthRow& row, metrics::Registry& registry
   set(mn::kTableSizeBytes, static_cast<double>(row.total_bytes));
   set(mn::kTableInvalidIndexes, static_cast<double>(row.invalid_indexes));
   set(mn::kTablePartitions, static_cast<double>(row.partitions));
+  set(mn::kTableOldestPartitionAge, row.seconds_since_oldest_partition.value_or(-1));
+  set(mn::kTableOldestRowAge, row.oldest_row_seconds.value_or(-1));
 }
 
 Status TableHealthMonitor::Poll() {
@@ -85,6 +115,14 @@ Status TableHealthMonitor::Poll() {
   auto rows = ReadTableHealth(conn_.get(), tables_);
   if (!rows.ok()) return fail(rows.status());
   failing_ = false;
+  for (const TableHealthRow& row : *rows) {
+    if (row.oldest_row_unindexed && unindexed_said_.insert(row.table).second) {
+      spdlog::info("table health: no index of {} leads with its timestamp column, so the age "
+                   "of its oldest row is not measured (min() would read the whole table at "
+                   "every poll): create one (docs/operations.md section 3) to see it",
+                   row.table);
+    }
+  }
   if (registry_ == nullptr) return Status::Ok();
   for (const TableHealthRow& row : *rows) SetTableHealthGauges(row, *registry_);
   return Status::Ok();

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -281,6 +282,52 @@ TEST_F(SlotGuardTest, TableHealthOfAPartitionedTableSumsItsPartitions) {
   EXPECT_NE(text.find("walrelay_table_partitions{table=\"parted\"} 2"), std::string::npos);
   EXPECT_EQ(text.find("walrelay_table_size_bytes{table=\"parted\"} 0\n"), std::string::npos)
       << "the partitions' size is the table's";
+}
+
+// Ages (issue 14): the oldest row by the timestamp column, measured only when an index
+// leads with it; the oldest partition by its lower bound when partitioned by time.
+TEST_F(SlotGuardTest, TableHealthAgesOfTheOldestRowAndPartition) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE TABLE aged (id int, created_at timestamptz NOT NULL);"
+                         "INSERT INTO aged VALUES (1, now() - interval '1 hour'), (2, now());"
+                         "CREATE TABLE aged_p (created_at timestamptz NOT NULL) PARTITION BY "
+                         "RANGE (created_at);"
+                         "CREATE TABLE aged_p1 PARTITION OF aged_p FOR VALUES FROM "
+                         "('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00');"
+                         "CREATE TABLE aged_int (id int) PARTITION BY RANGE (id);"
+                         "CREATE TABLE aged_int1 PARTITION OF aged_int FOR VALUES FROM (0) TO (9)")
+                  .ok());
+  auto conn = slot::ConnectPg(cluster_->conninfo(), nullptr, "test");
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto read = [&](const HealthTable& t) {
+    auto rows = ReadTableHealth(conn->get(), {t});
+    EXPECT_TRUE(rows.ok() && rows->size() == 1) << rows.status().ToString();
+    return rows.ok() && rows->size() == 1 ? rows->front() : TableHealthRow{};
+  };
+  TableHealthRow row = read({"public.aged", "created_at"});
+  EXPECT_FALSE(row.oldest_row_seconds.has_value()) << "measured without an index";
+  EXPECT_TRUE(row.oldest_row_unindexed);
+  ASSERT_TRUE(cluster_->Exec("CREATE INDEX ON aged (created_at)").ok());
+  row = read({"public.aged", "created_at"});
+  ASSERT_TRUE(row.oldest_row_seconds.has_value());
+  EXPECT_GE(*row.oldest_row_seconds, 3600);
+  EXPECT_LT(*row.oldest_row_seconds, 3600 + 60);
+  EXPECT_FALSE(read("public.aged").oldest_row_seconds.has_value()) << "no column, no age";
+  EXPECT_FALSE(row.seconds_since_oldest_partition.has_value());
+
+  row = read("public.aged_p");
+  ASSERT_TRUE(row.seconds_since_oldest_partition.has_value());
+  const double since_2026 =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      1767225600.0;  // 2026-01-01T00:00:00Z
+  EXPECT_NEAR(*row.seconds_since_oldest_partition, since_2026, 60);
+  EXPECT_FALSE(read("public.aged_int").seconds_since_oldest_partition.has_value());
+
+  metrics::Registry registry;
+  SetTableHealthGauges(row, registry);
+  EXPECT_NE(registry.Render().find("walrelay_table_oldest_row_seconds{table=\"aged_p\"} -1"),
+            std::string::npos)
+      << registry.Render();
 }
 
 TEST_F(SlotGuardTest, ThreadPollsAndStops) {
