@@ -168,6 +168,33 @@ TEST_F(CleanupTest, PartitionsOlderThanTheRetentionAreDroppedOnceDelivered) {
             std::string::npos);
 }
 
+// Design "janitor" at volume: 200,000 events through the relay with outbox.retention_ms
+// 1 ms; every event arrives and the outbox ends empty, deleted in batches by the janitor
+// (the broker-down case, where it must delete nothing, is
+// RelayTest.JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded).
+TEST_F(CleanupTest, JanitorDeliversEverythingAndEmptiesTheOutboxAt200000Events) {
+  config_.outbox_retention = 1ms;
+  config_.janitor_interval = 100ms;
+  config_.janitor_batch_rows = 5000;
+  StartRelay();
+  constexpr int kTxs = 100, kRows = 2000;
+  for (int t = 0; t < kTxs; ++t) {
+    const int lo = t * kRows, hi = lo + kRows - 1;
+    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                          "SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
+                          "jsonb_build_object('seq', g) FROM generate_series(" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + ") g")
+                    .ok());
+  }
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
+  constexpr size_t kTotal = kTxs * kRows;
+  EXPECT_EQ(DistinctIds(kTotal), kTotal);
+  for (int i = 0; i < 600 && OutboxRows() > 0; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(OutboxRows(), 0);
+  EXPECT_NE(relay_->RenderMetrics().find("walrelay_outbox_janitor_deleted_rows_total 200000"),
+            std::string::npos);
+}
+
 // Lost-slot recovery republishes from the outbox tables: with the rows deleted by their
 // writers there is nothing to republish, so the configuration refuses recovery, with the
 // way out; and the poll mode, which reads rows, refuses the design.
