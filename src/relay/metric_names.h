@@ -129,12 +129,17 @@ inline constexpr MetricName kTablePartitions{
     "walrelay_table_partitions",
     "Partitions of the table (0: not partitioned); outbox.cleanup partitions keeps the "
     "retention's worth plus a week (or 48 hours) ahead."};
+inline constexpr MetricName kOldestUnconfirmedEvent{
+    "walrelay_oldest_unconfirmed_event_seconds",
+    "Age (from its commit) of the oldest transaction read whose events are not all confirmed; "
+    "0 when none waits. With walrelay_heartbeat_lag_seconds (WAL not read yet) it bounds "
+    "how stale the topics are."};
 inline constexpr MetricName kTableOldestPartitionAge{
     "walrelay_table_oldest_partition_seconds",
     "Age of the table's oldest partition (its lower bound); -1: not partitioned by time."};
 inline constexpr MetricName kTableOldestRowAge{
     "walrelay_table_oldest_row_seconds",
-    "Age of the table's oldest row by its timestamp column (created_at, dead_at); -1: empty, "
+    "Age of the table's oldest row by its timestamp column (the outbox's created_at); -1: empty, "
     "or no index leads with the column (not measured)."};
 inline constexpr MetricName kSlotRecoveries{
     "walrelay_slot_recoveries_total",

@@ -98,7 +98,11 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
              const kafka::DeliveredRecord* record) { OnDelivery(cookie, st, bytes, record); });
 }
 
-Pipeline::~Pipeline() { sink_.SetDeliveryHandler(nullptr); }
+Pipeline::~Pipeline() {
+  sink_.SetDeliveryHandler(nullptr);
+  // What this session read and did not confirm is read again by the next one: no age now.
+  stats_.oldest_unconfirmed_commit_us.store(0, std::memory_order_relaxed);
+}
 
 void Pipeline::OnHeartbeat(std::string_view content) {
   int64_t sent_us = 0;
@@ -227,7 +231,10 @@ DeadLetter Pipeline::LetterForCurrent(std::string_view source, std::string_view 
 
 void Pipeline::RetireAcked() {
   const AckTracker::Tx through = tracker_.FlushedThrough();
-  if (pending_commits_.empty() || pending_commits_.front().tx > through) return;
+  if (pending_commits_.empty() || pending_commits_.front().tx > through) {
+    PublishOldestPending();
+    return;
+  }
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
@@ -239,6 +246,13 @@ void Pipeline::RetireAcked() {
     }
     pending_commits_.pop_front();
   }
+  PublishOldestPending();
+}
+
+void Pipeline::PublishOldestPending() {
+  stats_.oldest_unconfirmed_commit_us.store(
+      pending_commits_.empty() ? 0 : pending_commits_.front().commit_time_us,
+      std::memory_order_relaxed);
 }
 
 Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view source,
@@ -312,7 +326,7 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       // memory does not grow with transactions of other tables or empty ones (invariant 4).
       if (tx_produced_) pending_commits_.push_back({tx_, tx_commit_time_us_});
       tx_produced_ = false;
-      RetireAcked();
+      RetireAcked();  // publishes the oldest pending commit
       tx_ = 0;
       stats_.transactions.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();

@@ -256,6 +256,8 @@ class Pipeline {
   // Committed transactions not yet fully acked, with their commit time (commit-to-ack
   // latency).
   void RetireAcked();
+  // stats_.oldest_unconfirmed_commit_us from pending_commits_.front().
+  void PublishOldestPending();
   int64_t tx_commit_time_us_ = 0;
   struct PendingCommit {
     AckTracker::Tx tx;

@@ -502,6 +502,14 @@ Status Relay::StartObservability() {
     const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
     return end > flush ? static_cast<double>(end - flush) : 0.0;
   });
+  r.AddGaugeCallback(mn::kOldestUnconfirmedEvent.name, mn::kOldestUnconfirmedEvent.help, {}, [this] {
+    const int64_t commit_us = stats_.oldest_unconfirmed_commit_us.load();
+    if (commit_us == 0) return 0.0;
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    return std::max<int64_t>(0, now_us - commit_us) / 1e6;
+  });
   r.AddGaugeCallback(mn::kHeartbeatLag.name, mn::kHeartbeatLag.help, {}, [this] {
     const int64_t us = stats_.heartbeat_lag_us.load();
     return us < 0 ? -1.0 : us / 1e6;
@@ -534,7 +542,7 @@ Status Relay::StartObservability() {
   {
     std::vector<HealthTable> health_tables;
     for (const std::string& t : config_.tables) health_tables.emplace_back(t, config_.columns.created_at);
-    health_tables.emplace_back(config_.dead_letter_table, "dead_at");
+    health_tables.emplace_back(config_.dead_letter_table);  // no index on dead_at
     obs_->table_health = std::make_unique<TableHealthMonitor>(
         config_.SourceConninfo(), std::move(health_tables), config_.guard_interval, &r);
   }

@@ -37,6 +37,9 @@ struct RelayStats {
   std::atomic<uint64_t> heartbeats_sent{0};       // heartbeat messages emitted
   std::atomic<uint64_t> slot_recoveries{0};       // lost-slot recoveries completed
   std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
+  // gauge: commit time (Unix µs, the server's clock) of the oldest transaction read whose
+  // events are not all confirmed yet; 0 when none is waiting.
+  std::atomic<int64_t> oldest_unconfirmed_commit_us{0};
   // Poll mode (poller.h).
   std::atomic<int> polling{0};                       // gauge: 1 while a poll session runs
   std::atomic<uint64_t> poll_failed_produces{0};     // rows whose produce failed (retried)

@@ -9,7 +9,8 @@
 // previous values stay. Gauges carry the label table=<schema.table>.
 //
 // Ages: of the oldest partition (its lower bound, when the partitions are ranges of dates
-// or timestamps) and of the oldest row by the table's timestamp column (created_at,
+// or timestamps) and of the oldest row by the table's timestamp column (the outbox's
+// created_at; the relay names none for the dead-letter table, which has no index on
 // dead_at), read only when an index leads with that column (else min() reads the whole
 // table at every poll; said once in the log, -1 in the gauge).
 //

@@ -334,6 +334,32 @@ TEST_F(RelayTest, JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded) {
             std::string::npos);
 }
 
+// Issue 14: the age of the oldest event read but not confirmed. 0 while the stream keeps
+// up; while the brokers are down it grows with the time since the waiting transaction
+// committed; back to 0 once Kafka acked everything.
+TEST_F(RelayTest, OldestUnconfirmedEventAgeGrowsWhileKafkaIsDownAndClears) {
+  StartRelay();
+  auto age = [&] {
+    const std::string text = relay_->RenderMetrics();
+    const std::string key = "\nwalrelay_oldest_unconfirmed_event_seconds ";
+    const size_t at = text.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+  };
+  WriteEvents(0, 2, 10);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  EXPECT_EQ(age(), 0.0);
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  WriteEvents(20, 1, 10);
+  for (int i = 0; i < 100 && age() < 2.0; ++i) std::this_thread::sleep_for(50ms);
+  const double waited = age();
+  EXPECT_GE(waited, 2.0);
+  EXPECT_LT(waited, 30.0);
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s));
+  for (int i = 0; i < 100 && age() != 0.0; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(age(), 0.0);
+}
+
 // Issue 18, item 1: a failed dead-letter write confirms nothing. While every write to the
 // dead-letter table fails (a trigger raises, as a full disk or a lost privilege would), the
 // slot's confirmed_flush_lsn stays before the poison row's transaction, though later
