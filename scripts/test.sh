@@ -5,8 +5,8 @@
 #                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster), the unit
 #                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
 #                            the chaos run (scripts/chaos.sh, 30,000 events) and its check that it
-#                            reports loss when the relay confirms before acks, and a smoke run of
-#                            every benchmark program.
+#                            reports loss when the relay confirms before acks, a smoke run of
+#                            every benchmark program, and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 # Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build).
 set -euo pipefail
@@ -103,6 +103,29 @@ print(" ".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.
 cmake --build "$BUILD_ROOT/asan" -j "$JOBS" --target $unit_targets
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$BUILD_ROOT/asan" -L unit --output-on-failure -j "$JOBS"
+
+step "ThreadSanitizer: metrics server, producer callbacks, inbox workers ($BUILD_ROOT/tsan)"
+# The tests whose threads meet walrelay's: the metrics server's, librdkafka's delivery
+# reports and consumer queues, the inbox's per-partition workers and retention thread, the
+# event-id generator, the relay's side threads (a subset of each suite: CI time). librdkafka's C11 threads and locks are made visible to TSan by
+# tests/support/tsan_c11_threads.cc; tests/tsan.supp says what is suppressed and why. A
+# report fails the step (exit code 66). The dev broker test runs a program built without
+# TSan's runtime and is left out.
+cmake -S . -B "$BUILD_ROOT/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DWALRELAY_WERROR=ON -DWALRELAY_TSAN=ON -DWALRELAY_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD_ROOT/tsan" -j "$JOBS" --target metrics_http_test outbox_unit_test \
+  kafka_test inbox_test relay_test
+(
+  export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp history_size=4"
+  "$BUILD_ROOT/tsan/tests/metrics/metrics_http_test"
+  "$BUILD_ROOT/tsan/tests/outbox/outbox_unit_test"
+  "$BUILD_ROOT/tsan/tests/kafka/kafka_test" --gtest_filter='-DevbrokerTest.*'
+  "$BUILD_ROOT/tsan/tests/inbox/inbox_test" --gtest_filter='InboxTest.SameEventsDeliveredTwiceApplyOnce:InboxTest.BatchFailuresNeitherLoseNorRepeatOtherMessages:InboxTest.TransientFailuresAreRetriedAndAppliedOnce:InboxTest.PoisonMessageIsDeadLetteredAndPartitionContinues:InboxTest.RetentionDeletesExpiredRowsInBatches:InboxTest.HandlerThatThrowsIsRolledBackAndRetried'
+  # The relay's threads: pipeline, janitor, table health, slot guard, metrics callbacks,
+  # a standby beside the active relay.
+  "$BUILD_ROOT/tsan/tests/relay/relay_test" --gtest_filter='RelayTest.JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded:RelayTest.SecondRelayStandsByAndTakesOverWhenTheFirstStops:RelayTest.OldestUnconfirmedEventAgeGrowsWhileKafkaIsDownAndClears:RecoveryTest.SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost'
+)
 
 step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s, wal2json decoder for $((FUZZ_SECONDS / 3))s, mapper + pipeline for $((FUZZ_SECONDS / 2))s ($BUILD_ROOT/fuzz)"
 # Optimised, with assertions on (no NDEBUG): the ack tracker's and Result's checks run too.
