@@ -204,14 +204,17 @@ Result<PartitionRound> MaintainPartitions(PGconn* conn, const std::string& table
   }
 
   // 2 and 3. Pending detaches first, then expired partitions whose rows are all delivered.
+  // `how`: FINALIZE (a detach an earlier round left pending) or CONCURRENTLY.
+  auto detach_then_drop = [&](const Partition& p, const char* how, const char* what) {
+    WALRELAY_RETURN_IF_ERROR(
+        Exec(conn, "ALTER TABLE " + quoted + " DETACH PARTITION " + p.name + " " + how, {},
+             what + p.name)
+            .status());
+    return DropOrReattach(conn, table, p, undelivered, &round);
+  };
   for (const Partition& p : partitions) {
     if (p.detach_pending) {
-      WALRELAY_RETURN_IF_ERROR(Exec(conn,
-                                    "ALTER TABLE " + quoted + " DETACH PARTITION " + p.name +
-                                        " FINALIZE",
-                                    {}, "finishing the detach of " + p.name)
-                                   .status());
-      WALRELAY_RETURN_IF_ERROR(DropOrReattach(conn, table, p, undelivered, &round));
+      WALRELAY_RETURN_IF_ERROR(detach_then_drop(p, "FINALIZE", "finishing the detach of "));
       continue;
     }
     if (!p.bounded || !p.expired) continue;
@@ -220,12 +223,7 @@ Result<PartitionRound> MaintainPartitions(PGconn* conn, const std::string& table
       ++round.kept_undelivered;
       continue;
     }
-    WALRELAY_RETURN_IF_ERROR(Exec(conn,
-                                  "ALTER TABLE " + quoted + " DETACH PARTITION " + p.name +
-                                      " CONCURRENTLY",
-                                  {}, "detaching " + p.name)
-                                 .status());
-    WALRELAY_RETURN_IF_ERROR(DropOrReattach(conn, table, p, undelivered, &round));
+    WALRELAY_RETURN_IF_ERROR(detach_then_drop(p, "CONCURRENTLY", "detaching "));
   }
   return round;
 }

@@ -9,22 +9,25 @@
 
 namespace walrelay::relay {
 
-// The documented outbox table (see OutboxColumns for the column contract). Idempotent.
-// REPLICA IDENTITY stays DEFAULT: only INSERTs publish, so old rows are never needed.
-inline std::string OutboxTableDdl(std::string_view qualified_table) {
-  std::string t = QuoteQualifiedName(qualified_table);
-  return "CREATE TABLE IF NOT EXISTS " + t +
-         " (\n"
-         "  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
-         "  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),\n"
+// The documented outbox table's columns after `id` (see OutboxColumns for the contract).
+inline std::string OutboxColumnsDdl() {
+  return "  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),\n"
          "  aggregate_type text,\n"
          "  aggregate_id   text NOT NULL,\n"
          "  topic          text,\n"
          "  event_type     text NOT NULL,\n"
          "  payload        jsonb NOT NULL,\n"
          "  headers        jsonb,\n"
-         "  created_at     timestamptz NOT NULL DEFAULT now()\n"
-         ")";
+         "  created_at     timestamptz NOT NULL DEFAULT now()";
+}
+
+// The documented outbox table (see OutboxColumns for the column contract). Idempotent.
+// REPLICA IDENTITY stays DEFAULT: only INSERTs publish, so old rows are never needed.
+inline std::string OutboxTableDdl(std::string_view qualified_table) {
+  return "CREATE TABLE IF NOT EXISTS " + QuoteQualifiedName(qualified_table) +
+         " (\n"
+         "  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n" +
+         OutboxColumnsDdl() + "\n)";
 }
 
 // The documented outbox table range-partitioned on created_at (outbox.cleanup partitions,
@@ -32,20 +35,10 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
 // partition is made here. Idempotent. Published through the root
 // (publish_via_partition_root), so the relay sees one table.
 inline std::string PartitionedOutboxTableDdl(std::string_view qualified_table) {
-  std::string t = QuoteQualifiedName(qualified_table);
-  return "CREATE TABLE IF NOT EXISTS " + t +
+  return "CREATE TABLE IF NOT EXISTS " + QuoteQualifiedName(qualified_table) +
          " (\n"
-         "  id             bigint GENERATED ALWAYS AS IDENTITY,\n"
-         "  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),\n"
-         "  aggregate_type text,\n"
-         "  aggregate_id   text NOT NULL,\n"
-         "  topic          text,\n"
-         "  event_type     text NOT NULL,\n"
-         "  payload        jsonb NOT NULL,\n"
-         "  headers        jsonb,\n"
-         "  created_at     timestamptz NOT NULL DEFAULT now(),\n"
-         "  PRIMARY KEY (id, created_at)\n"
-         ") PARTITION BY RANGE (created_at)";
+         "  id             bigint GENERATED ALWAYS AS IDENTITY,\n" +
+         OutboxColumnsDdl() + ",\n  PRIMARY KEY (id, created_at)\n) PARTITION BY RANGE (created_at)";
 }
 
 // Autovacuum settings for a queue table (docs/operations.md section 4): vacuum after a

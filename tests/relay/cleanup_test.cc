@@ -33,6 +33,29 @@ class CleanupTest : public RelayTest {
     config_.topic_template = kTopic;
   }
   int64_t OutboxRows() { return std::stoll(*pg_->QueryScalar("SELECT count(*) FROM outbox")); }
+  // `txs` transactions of `rows` outbox rows (payload seq from `first`), each followed in
+  // its transaction by `after` with $LO and $HI replaced by its first and last seq; rows
+  // get `created_at` (an SQL expression over g, the seq) unless it is empty.
+  void WriteRows(int first, int txs, int rows, const std::string& created_at = "",
+                 const std::string& after = "") {
+    for (int t = 0; t < txs; ++t) {
+      const std::string lo = std::to_string(first + t * rows);
+      const std::string hi = std::to_string(first + (t + 1) * rows - 1);
+      std::string then = after;
+      for (auto [key, value] : {std::pair{"$LO", lo}, std::pair{"$HI", hi}}) {
+        for (size_t at; (at = then.find(key)) != std::string::npos;) then.replace(at, 3, value);
+      }
+      ASSERT_TRUE(pg_->Exec("BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, "
+                            "event_type, payload" +
+                            std::string(created_at.empty() ? "" : ", created_at") +
+                            ") SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
+                            "jsonb_build_object('seq', g)" +
+                            (created_at.empty() ? "" : ", " + created_at) +
+                            " FROM generate_series(" + lo + ", " + hi + ") g; " + then +
+                            "; COMMIT")
+                      .ok());
+    }
+  }
   // Distinct event ids in kTopic, reading until `expected` are seen.
   size_t DistinctIds(size_t expected) {
     std::set<std::string> ids;
@@ -79,16 +102,8 @@ TEST_F(CleanupTest, SameTransactionDeleteDeliversEverythingAndLeavesTheOutboxEmp
   }
   PQfinish(app);
   constexpr int kBulkTxs = 100, kRowsPerTx = 1999;
-  for (int t = 0; t < kBulkTxs; ++t) {
-    const int lo = t * kRowsPerTx, hi = lo + kRowsPerTx - 1;
-    ASSERT_TRUE(pg_->Exec("BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
-                          "payload) SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
-                          "jsonb_build_object('seq', g) FROM generate_series(" +
-                          std::to_string(lo) + ", " + std::to_string(hi) +
-                          ") g; DELETE FROM outbox WHERE (payload->>'seq')::int BETWEEN " +
-                          std::to_string(lo) + " AND " + std::to_string(hi) + "; COMMIT")
-                    .ok());
-  }
+  WriteRows(0, kBulkTxs, kRowsPerTx, "",
+            "DELETE FROM outbox WHERE (payload->>'seq')::int BETWEEN $LO AND $HI");
   const size_t total = kHelperEvents + kBulkTxs * kRowsPerTx;
   ASSERT_EQ(total, 200'000u);
   EXPECT_EQ(OutboxRows(), 0);
@@ -136,15 +151,7 @@ TEST_F(CleanupTest, PartitionsOlderThanTheRetentionAreDroppedOnceDelivered) {
                   .ok());
   ASSERT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
   constexpr int kTxs = 100, kRows = 2000;
-  for (int t = 0; t < kTxs; ++t) {
-    const int lo = t * kRows, hi = lo + kRows - 1;
-    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, "
-                          "created_at) SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
-                          "jsonb_build_object('seq', g), now() - make_interval(days => g % 7) "
-                          "FROM generate_series(" +
-                          std::to_string(lo) + ", " + std::to_string(hi) + ") g")
-                    .ok());
-  }
+  WriteRows(0, kTxs, kRows, "now() - make_interval(days => g % 7)");
   ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
   StartRelay();
   // Rounds of the janitor while nothing can be delivered: partitions ahead appear, none goes.
@@ -178,14 +185,7 @@ TEST_F(CleanupTest, JanitorDeliversEverythingAndEmptiesTheOutboxAt200000Events) 
   config_.janitor_batch_rows = 5000;
   StartRelay();
   constexpr int kTxs = 100, kRows = 2000;
-  for (int t = 0; t < kTxs; ++t) {
-    const int lo = t * kRows, hi = lo + kRows - 1;
-    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
-                          "SELECT 'payment', 'agg-' || (g % 1000), 'PaymentCaptured', "
-                          "jsonb_build_object('seq', g) FROM generate_series(" +
-                          std::to_string(lo) + ", " + std::to_string(hi) + ") g")
-                    .ok());
-  }
+  WriteRows(0, kTxs, kRows);
   ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
   constexpr size_t kTotal = kTxs * kRows;
   EXPECT_EQ(DistinctIds(kTotal), kTotal);
