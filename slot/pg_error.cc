@@ -348,46 +348,24 @@ std::string TransportSecurityWarning(PGconn* conn) {
                                   sslmode);
 }
 
-std::string WithPassword(std::string_view conninfo, std::string_view password) {
-  std::string out(conninfo);
-  if (password.empty()) return out;
-  if (conninfo.starts_with("postgresql://") || conninfo.starts_with("postgres://")) {
-    out += conninfo.find('?') == std::string_view::npos ? "?password=" : "&password=";
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    for (unsigned char ch : password) {
-      if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-          ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-        out += static_cast<char>(ch);
-      } else {
-        out += '%';
-        out += kHex[ch >> 4];
-        out += kHex[ch & 15];
-      }
-    }
-    return out;
-  }
-  out += out.empty() ? "password='" : " password='";
-  for (char ch : password) {
-    if (ch == '\'' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  out += "'";
-  return out;
-}
-
-Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+Result<PgConnPtr> ConnectPg(const ConnInfo& conninfo, const char* replication,
                             std::string_view context, const SessionSettings& settings) {
-  const std::string ci(conninfo);
   std::string options;
   if (settings.local_commit || settings.statement_timeout.count() > 0) {
-    auto o = SessionOptions(conninfo, settings);
+    auto o = SessionOptions(conninfo.dsn, settings);
     if (!o.ok()) return o.status().WithContext(context);
     options = std::move(*o);
   }
   // Keywords after "dbname" override what the expanded conninfo says.
-  const char* keys[] = {"dbname", "fallback_application_name", "replication", "options", nullptr};
-  const char* values[] = {ci.c_str(), "walrelay", replication,
-                          options.empty() ? nullptr : options.c_str(), nullptr};
+  // libpq ignores a keyword whose value is null or empty.
+  const char* keys[] = {"dbname",  "fallback_application_name", "replication", "options",
+                        "password", nullptr};
+  const char* values[] = {conninfo.dsn.c_str(),
+                          "walrelay",
+                          replication,
+                          options.empty() ? nullptr : options.c_str(),
+                          conninfo.password.empty() ? nullptr : conninfo.password.c_str(),
+                          nullptr};
   PgConnPtr conn(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
   if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
     return StatusFromConnectFailure(conn.get(), context);

@@ -43,9 +43,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "slot/conninfo.h"
 
 namespace walrelay::slot {
 
@@ -162,15 +164,11 @@ std::string TransportSecurityWarning(std::string_view host, std::string_view por
 // The same for a live connection.
 std::string TransportSecurityWarning(PGconn* conn);
 
-// `conninfo` with `password` added in its own form: a quoted keyword after keyword/value
-// pairs, a percent-encoded query parameter of a URI (a keyword appended to a URI makes
-// libpq refuse the whole string). `conninfo` unchanged when `password` is empty.
-std::string WithPassword(std::string_view conninfo, std::string_view password);
-
-// Connects with `conninfo` (keyword/value or URI) and `replication` forced to the given
-// value ("database" or "false"; nullptr = as `conninfo` says); application_name defaults to
-// "walrelay". `settings` are applied as SessionOptions describes (none by default).
-Result<PgConnPtr> ConnectPg(std::string_view conninfo, const char* replication,
+// Connects with `conninfo` (its DSN expanded by libpq, then the password keyword) and
+// `replication` forced to the given value ("database" or "false"; nullptr = as the DSN
+// says); application_name defaults to "walrelay". `settings` are applied as SessionOptions
+// describes (none by default). No connection string is ever built by concatenation.
+Result<PgConnPtr> ConnectPg(const ConnInfo& conninfo, const char* replication,
                             std::string_view context, const SessionSettings& settings = {});
 
 }  // namespace walrelay::slot

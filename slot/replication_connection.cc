@@ -46,7 +46,7 @@ Status ValidateSlotName(std::string_view name) {
 }
 
 Result<std::unique_ptr<ReplicationConnection>> ReplicationConnection::Connect(
-    std::string_view conninfo) {
+    const ConnInfo& conninfo) {
   auto conn = ConnectPg(conninfo, "database", "replication connection");
   if (!conn.ok()) {
     Status st = conn.status();

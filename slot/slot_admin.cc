@@ -83,7 +83,7 @@ std::string ExplainSlotInvalidation(std::string_view reason) {
   return "invalidated (invalidation_reason '" + std::string(reason) + "')";
 }
 
-Result<std::unique_ptr<SlotAdmin>> SlotAdmin::Connect(std::string_view conninfo) {
+Result<std::unique_ptr<SlotAdmin>> SlotAdmin::Connect(const ConnInfo& conninfo) {
   WALRELAY_ASSIGN_OR_RETURN(PgConnPtr conn,
                             ConnectPg(conninfo, "false", "admin connection", kRelaySession));
   return std::unique_ptr<SlotAdmin>(new SlotAdmin(std::move(conn)));

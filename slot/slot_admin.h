@@ -104,9 +104,10 @@ Status RequireLogicalWalLevel(const ServerSettings& settings);
 
 class SlotAdmin {
  public:
-  // `conninfo`: any libpq keyword/value string or URI; replication is forced off. The
+  // `conninfo`: a libpq keyword/value string or URI and a password apart (ConnInfo);
+  // replication is forced off. The
   // session runs with kRelaySession (pg_error.h): local commits, 30 s statement timeout.
-  static Result<std::unique_ptr<SlotAdmin>> Connect(std::string_view conninfo);
+  static Result<std::unique_ptr<SlotAdmin>> Connect(const ConnInfo& conninfo);
 
   // Resolves configured table names as the server does (to_regclass: SQL name rules,
   // base/sql.h, and search_path for unqualified names) to their OIDs and catalog names:

@@ -390,14 +390,14 @@ int LagCommand::Run() const {
       return kLagExitUnknown;
     }
   }
-  std::string dsn = ResolveDsn(dsn_);
+  slot::ConnInfo dsn(ResolveDsn(dsn_));
   if (!password_file_.empty()) {
     Result<std::string> password = ReadPasswordFile(password_file_);
     if (!password.ok()) {
       std::cerr << "walrelay lag: --password-file: " << password.status().message() << "\n";
       return kLagExitUnknown;
     }
-    dsn = slot::WithPassword(dsn, *password);
+    dsn.password = *password;
   }
   const bool watch = watch_seconds_ > 0;
   if (watch) {

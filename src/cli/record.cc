@@ -114,11 +114,11 @@ int RecordCommand::Run() const {
   if (Status st = slot::ValidateSlotName(slot_); !st.ok()) return fail(st.message(), 2);
   const bool wal2json = plugin_ == "wal2json";
 
-  std::string dsn = dsn_;
+  slot::ConnInfo dsn(dsn_);
   if (!password_file_.empty()) {
     Result<std::string> password = ReadPasswordFile(password_file_);
     if (!password.ok()) return fail("--password-file: " + password.status().message(), 2);
-    dsn = slot::WithPassword(dsn, *password);
+    dsn.password = *password;
   }
   auto admin = slot::SlotAdmin::Connect(dsn);
   if (!admin.ok()) return fail(admin.status().ToString(), 1);

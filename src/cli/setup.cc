@@ -75,7 +75,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     for (const auto& s : statements) std::cout << s << ";\n\n";
     return Status::Ok();
   }
-  const std::string conninfo = config.SourceConninfo();
+  const slot::ConnInfo conninfo = config.SourceConninfo();
   const bool poll = config.source_mode == relay::SourceMode::kPoll;
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());

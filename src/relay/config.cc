@@ -44,9 +44,7 @@ Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config) {
   return Status::Ok();
 }
 
-std::string RelayConfig::SourceConninfo() const {
-  return slot::WithPassword(source_dsn, source_password);
-}
+slot::ConnInfo RelayConfig::SourceConninfo() const { return {source_dsn, source_password}; }
 
 Status RelayConfig::Validate() const {
   for (const std::string& t : allowed_topics) {

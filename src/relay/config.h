@@ -12,6 +12,7 @@
 
 #include "base/headers.h"
 #include "base/status.h"
+#include "slot/conninfo.h"
 
 namespace walrelay::relay {
 
@@ -195,10 +196,8 @@ struct RelayConfig {
 
   Status Validate() const;
 
-  // source_dsn with source_password added in the DSN's own form (a keyword for keyword/value
-  // strings, a percent-encoded query parameter for postgresql:// URIs), for libpq. Never
-  // log it (see cli::RedactConninfo).
-  std::string SourceConninfo() const;
+  // source_dsn and source_password, kept apart until libpq gets them (slot::ConnectPg).
+  slot::ConnInfo SourceConninfo() const;
 };
 
 }  // namespace walrelay::relay

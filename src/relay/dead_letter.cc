@@ -91,7 +91,7 @@ Status LoggingDeadLetterSink::Write(const DeadLetter& l) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const std::string& conninfo,
+Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const slot::ConnInfo& conninfo,
                                                                  const std::string& table,
                                                                  const std::string& slot) {
   WALRELAY_ASSIGN_OR_RETURN(

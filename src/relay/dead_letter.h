@@ -85,7 +85,7 @@ class DeadLetterWriter : public DeadLetterSink {
   // Connects (normal connection, slot::kRelaySession) and creates the table only when it
   // is missing (a role with INSERT and SELECT on an existing table needs no CREATE on its
   // schema). `table` may be schema-qualified.
-  static Result<std::unique_ptr<DeadLetterWriter>> Open(const std::string& conninfo,
+  static Result<std::unique_ptr<DeadLetterWriter>> Open(const slot::ConnInfo& conninfo,
                                                         const std::string& table,
                                                         const std::string& slot);
   DeadLetterWriter(const DeadLetterWriter&) = delete;

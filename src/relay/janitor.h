@@ -37,7 +37,7 @@
 namespace walrelay::relay {
 
 struct JanitorOptions {
-  std::string conninfo;
+  slot::ConnInfo conninfo;
   std::string slot;
   std::string progress_table;
   std::vector<std::string> tables;  // configured outbox tables

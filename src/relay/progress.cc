@@ -6,7 +6,7 @@
 #include "src/relay/schema.h"
 
 namespace walrelay::relay {
-Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const std::string& conninfo,
+Result<std::unique_ptr<ProgressStore>> ProgressStore::Open(const slot::ConnInfo& conninfo,
                                                            const std::string& table) {
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgConnPtr conn,

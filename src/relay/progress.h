@@ -56,7 +56,7 @@ class ProgressStore {
  public:
   // Connects (normal connection, slot::kRelaySession) and creates the table only when it
   // is missing: on an existing table the role needs SELECT, INSERT and UPDATE, no CREATE.
-  static Result<std::unique_ptr<ProgressStore>> Open(const std::string& conninfo,
+  static Result<std::unique_ptr<ProgressStore>> Open(const slot::ConnInfo& conninfo,
                                                      const std::string& table);
   ProgressStore(const ProgressStore&) = delete;
   ProgressStore& operator=(const ProgressStore&) = delete;

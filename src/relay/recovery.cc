@@ -121,7 +121,7 @@ OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea, in
                    field(4), field(5), field(6), payload_is_bytea};
 }
 
-Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
+Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats,

@@ -90,7 +90,7 @@ struct BackfillResult {
 // snapshot of the new slot, `consistent_point` its start; `bound` the recorded bound.
 // kFailedPrecondition (an operator must act) when the bound is too old to compare xids.
 // `stop` (may be null): set, it ends the work at once with kCancelled (see PublishRows).
-Result<BackfillResult> Backfill(const RelayConfig& config, const std::string& conninfo,
+Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats,

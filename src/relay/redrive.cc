@@ -89,7 +89,7 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
         "dead-letters retry: --kafka-embedded true would publish into a cluster that vanishes "
         "with this process; give --kafka-bootstrap-servers");
   }
-  const std::string conninfo = config.SourceConninfo();
+  const slot::ConnInfo conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "dead-letter re-drive"));
   DeadLetterSelection pending = selection;

@@ -118,7 +118,7 @@ class Relay::Session {
   }
 
  private:
-  Status Recover(const std::string& conninfo, const Progress& progress, bool missing, bool lost);
+  Status Recover(const slot::ConnInfo& conninfo, const Progress& progress, bool missing, bool lost);
   Status Tick();
   Status Heartbeat();
   // Records the newest bound candidate the confirmed position has reached (recovery.h).
@@ -149,7 +149,7 @@ class Relay::Session {
 };
 
 Status Relay::Session::Start() {
-  const std::string conninfo = config_.SourceConninfo();
+  const slot::ConnInfo conninfo = config_.SourceConninfo();
   // Server checks and objects, over a normal connection.
   WALRELAY_ASSIGN_OR_RETURN(admin_, slot::SlotAdmin::Connect(conninfo));
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin_->GetServerSettings());
@@ -286,7 +286,7 @@ Status Relay::Session::Start() {
   return Status::Ok();
 }
 
-Status Relay::Session::Recover(const std::string& conninfo, const Progress& progress, bool missing,
+Status Relay::Session::Recover(const slot::ConnInfo& conninfo, const Progress& progress, bool missing,
                                bool lost) {
   const std::string state = missing ? "gone" : (lost ? "lost" : "being recovered");
   // Refusals below are kDataLoss: no session can fix them, so Run() ends with the fix
@@ -399,7 +399,7 @@ kafka::ProducerOptions Relay::ProducerOptions() const {
 }
 
 Status Relay::PollSession() {
-  const std::string conninfo = config_.SourceConninfo();
+  const slot::ConnInfo conninfo = config_.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgConnPtr conn,
       slot::ConnectPg(conninfo, nullptr, "poll connection", slot::kRelaySession));

@@ -82,7 +82,7 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
         "process; give --kafka-bootstrap-servers");
   }
   WALRELAY_ASSIGN_OR_RETURN(std::string where, RepublishPredicate(config, request));
-  const std::string conninfo = config.SourceConninfo();
+  const slot::ConnInfo conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<slot::SlotAdmin> admin,
                             slot::SlotAdmin::Connect(conninfo));
   if (request.create_slot && !request.dry_run) {

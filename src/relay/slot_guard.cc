@@ -390,7 +390,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
     spdlog::warn("startup check: {}", w);
     report.warnings.push_back(std::move(w));
   };
-  const std::string conninfo = config.SourceConninfo();
+  const slot::ConnInfo conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
   // 0. the transport: events and credentials cross the network in the clear, or to a
   // server nobody verified

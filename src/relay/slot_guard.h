@@ -90,7 +90,7 @@ SlotEvaluation EvaluateSlot(const slot::SlotInfo& slot, int64_t max_slot_wal_kee
                             const Threshold& warn, const Threshold& critical);
 
 struct SlotGuardOptions {
-  std::string conninfo;  // libpq conninfo of the source (replication is forced off)
+  slot::ConnInfo conninfo;  // the source (replication is forced off)
   std::string slot = "walrelay";
   Threshold warn = Threshold::Bytes(1ull << 30);      // 1 GB retained
   Threshold critical = Threshold::Bytes(8ull << 30);  // 8 GB retained

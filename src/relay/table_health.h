@@ -64,7 +64,7 @@ void SetTableHealthGauges(const TableHealthRow& row, metrics::Registry& registry
 
 class TableHealthMonitor {
  public:
-  TableHealthMonitor(std::string conninfo, std::vector<HealthTable> tables,
+  TableHealthMonitor(slot::ConnInfo conninfo, std::vector<HealthTable> tables,
                      std::chrono::milliseconds interval, metrics::Registry* registry)
       : conninfo_(std::move(conninfo)), tables_(std::move(tables)), interval_(interval),
         registry_(registry) {}
@@ -77,7 +77,7 @@ class TableHealthMonitor {
   Status Poll();
 
  private:
-  const std::string conninfo_;
+  const slot::ConnInfo conninfo_;
   const std::vector<HealthTable> tables_;
   const std::chrono::milliseconds interval_;
   metrics::Registry* const registry_;

@@ -75,7 +75,7 @@ Status CheckColumns(PGconn* conn, const RelayConfig& config, const slot::Resolve
 }  // namespace
 
 Result<TakeoverPlan> PlanTakeover(const RelayConfig& config) {
-  const std::string conninfo = config.SourceConninfo();
+  const slot::ConnInfo conninfo = config.SourceConninfo();
   WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<slot::SlotAdmin> admin,
                             slot::SlotAdmin::Connect(conninfo));
   TakeoverPlan plan;

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "base/sql.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/tcp_proxy.h"
 
@@ -249,6 +252,53 @@ TEST_F(ReplicationConnectionTest, BadNamesAreInvalidArgument) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(conn->Read(milliseconds(0)).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(conn->SendStatus(Lsn(), Lsn(), Lsn()).code(), StatusCode::kFailedPrecondition);
+}
+
+// The password from a file travels apart from the DSN, as libpq's own keyword (issue 13):
+// a password with every character a DSN gives meaning to authenticates over SCRAM through
+// a keyword/value DSN, a URI, and a URI that carries another password (ours wins), on a
+// SQL and on a walsender connection; a wrong one is refused without being echoed.
+TEST_F(ReplicationConnectionTest, PasswordTravelsApartFromTheDsnInEveryForm) {
+  const std::string password = "p a'ss\\w&o=r#d%?/@:\xc3\xa9 x=y";
+  ASSERT_TRUE(cluster_->Exec("CREATE ROLE pwuser LOGIN REPLICATION PASSWORD " +
+                             QuoteLiteral(password))
+                  .ok());
+  {
+    const std::string hba = cluster_->data_dir() + "/pg_hba.conf";
+    std::ifstream in(hba);
+    std::stringstream old;
+    old << in.rdbuf();
+    in.close();
+    std::ofstream out(hba, std::ios::trunc);
+    out << "host all pwuser 127.0.0.1/32 scram-sha-256\n"
+        << "host replication pwuser 127.0.0.1/32 scram-sha-256\n"
+        << old.str();
+  }
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_reload_conf()").ok());
+  const std::string port = std::to_string(cluster_->port());
+  for (const std::string& dsn :
+       {"host=127.0.0.1 port=" + port + " user=pwuser dbname=postgres",
+        "postgresql://pwuser@127.0.0.1:" + port + "/postgres?sslmode=disable",
+        "postgresql://pwuser:not%20this%20one@127.0.0.1:" + port + "/postgres"}) {
+    // pg_reload_conf() is asynchronous: the first form waits for the new pg_hba.conf.
+    Result<PgConnPtr> sql = UnavailableError("not tried");
+    for (int i = 0; i < 100; ++i) {
+      sql = ConnectPg(ConnInfo{dsn, password}, "false", "test");
+      if (sql.ok()) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    ASSERT_TRUE(sql.ok()) << dsn << ": " << sql.status().ToString();
+    auto walsender = ReplicationConnection::Connect(ConnInfo{dsn, password});
+    ASSERT_TRUE(walsender.ok()) << dsn << ": " << walsender.status().ToString();
+    EXPECT_TRUE((*walsender)->IdentifySystem().ok()) << dsn;
+
+    auto wrong = ConnectPg(ConnInfo{dsn, "wrong-SECRET"}, "false", "test");
+    ASSERT_FALSE(wrong.ok()) << dsn;
+    EXPECT_NE(wrong.status().message().find("password authentication failed"), std::string::npos)
+        << wrong.status().message();
+    EXPECT_EQ(wrong.status().message().find("wrong-SECRET"), std::string::npos)
+        << wrong.status().message();
+  }
 }
 
 TEST_F(ReplicationConnectionTest, UnreachableServerIsUnavailable) {
