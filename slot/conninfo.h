@@ -1,10 +1,12 @@
-// Connection parameters for PostgreSQL, without libpq: what callers pass around.
+// Connection parameters for PostgreSQL, and the password file rule, without libpq.
 //
-// Thread safety: a value type.
+// Thread safety: ConnInfo is a value type; ReadPasswordFile is a pure function of the file.
 #pragma once
 
 #include <string>
 #include <utility>
+
+#include "base/status.h"
 
 namespace walrelay::slot {
 
@@ -23,5 +25,10 @@ struct ConnInfo {
   std::string dsn;
   std::string password;
 };
+
+// The password in a password file: its first line, without a trailing CR. Refused
+// (kPermissionDenied) when group or others have any access to the file, as libpq refuses
+// such a .pgpass; kInvalidArgument when it is missing, not a regular file, or empty.
+Result<std::string> ReadPasswordFile(const std::string& path);
 
 }  // namespace walrelay::slot

@@ -392,7 +392,7 @@ int LagCommand::Run() const {
   }
   slot::ConnInfo dsn(ResolveDsn(dsn_));
   if (!password_file_.empty()) {
-    Result<std::string> password = ReadPasswordFile(password_file_);
+    Result<std::string> password = slot::ReadPasswordFile(password_file_);
     if (!password.ok()) {
       std::cerr << "walrelay lag: --password-file: " << password.status().message() << "\n";
       return kLagExitUnknown;

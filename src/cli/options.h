@@ -56,11 +56,6 @@ inline constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNeedsOp
 int ExitCodeFor(const Status& status);
 extern const char* const kRunExitCodesHelp;
 
-// The password in a password file: its first line, without a trailing CR. Refused
-// (kPermissionDenied) when group or others have any access to the file, as libpq refuses
-// such a .pgpass; kInvalidArgument when it is missing, not a regular file, or empty.
-Result<std::string> ReadPasswordFile(const std::string& path);
-
 // The connection string for logs: parsed by libpq (PQconninfoParse) and shown as
 // keyword=value pairs with password and sslpassword replaced by ********, whatever form
 // it was given in (URI, percent-encoded, query parameter); a string libpq cannot parse is

@@ -116,7 +116,7 @@ int RecordCommand::Run() const {
 
   slot::ConnInfo dsn(dsn_);
   if (!password_file_.empty()) {
-    Result<std::string> password = ReadPasswordFile(password_file_);
+    Result<std::string> password = slot::ReadPasswordFile(password_file_);
     if (!password.ok()) return fail("--password-file: " + password.status().message(), 2);
     dsn.password = *password;
   }

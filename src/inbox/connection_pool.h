@@ -14,13 +14,14 @@
 #include <vector>
 
 #include "base/status.h"
+#include "slot/conninfo.h"
 
 namespace walrelay::inbox {
 
 // A bounded pool of database connections shared by the partition workers.
 class ConnectionPool {
  public:
-  ConnectionPool(std::string conninfo, int max) : conninfo_(std::move(conninfo)), max_(max) {}
+  ConnectionPool(slot::ConnInfo conninfo, int max) : conninfo_(std::move(conninfo)), max_(max) {}
   ~ConnectionPool() {
     for (PGconn* c : idle_) PQfinish(c);
   }
@@ -33,7 +34,7 @@ class ConnectionPool {
   void Release(PGconn* c);
 
  private:
-  const std::string conninfo_;
+  const slot::ConnInfo conninfo_;
   const int max_;
   std::mutex mu_;
   std::condition_variable cv_;

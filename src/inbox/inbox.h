@@ -176,8 +176,11 @@ struct InboxOptions {
   // half of the inbox key, so two services reading the same topic dedup independently,
   // and two processes of one service (any group) dedup against each other. The consumer
   // name follows the event-id rules (UTF-8, no NUL, at most kMaxEventIdBytes), else
-  // Create() returns kInvalidArgument.
+  // Create() returns kInvalidArgument. `password` (e.g. from slot::ReadPasswordFile) stays
+  // apart from `conninfo` and reaches libpq as its own keyword, overriding one in the
+  // conninfo; empty = as the conninfo, PGPASSWORD or ~/.pgpass say.
   std::string conninfo;
+  std::string password;
   std::string consumer_name;
   int max_db_connections = 4;
 

@@ -201,7 +201,7 @@ const std::optional<Pipeline::Failure>& Pipeline::Drain() {
   return failure_;
 }
 
-Result<PGconn*> Connect(const std::string& conninfo) {
+Result<PGconn*> Connect(const slot::ConnInfo& conninfo) {
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, "false", "inbox: connect to PostgreSQL"));
   PQregisterEventProc(conn.get(), &StatementCacheProc, "walrelay inbox statements", nullptr);

@@ -104,6 +104,6 @@ class Pipeline {
 
 // Connects (slot::ConnectPg, replication off); NOTICEs are dropped. The caller owns the
 // connection (PQfinish).
-Result<PGconn*> Connect(const std::string& conninfo);
+Result<PGconn*> Connect(const slot::ConnInfo& conninfo);
 
 }  // namespace walrelay::inbox::pg

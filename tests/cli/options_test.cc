@@ -278,24 +278,24 @@ TEST(OptionsTest, PasswordFileIsReadAndRedacted) {
 // end is not part of the password (issue 13).
 TEST(OptionsTest, PasswordFileRules) {
   std::string crlf = WriteFile("s3cret\r\nsecond line\n");
-  auto p = ReadPasswordFile(crlf);
+  auto p = slot::ReadPasswordFile(crlf);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(*p, "s3cret");
   ASSERT_EQ(::chmod(crlf.c_str(), 0644), 0);
-  auto open_file = ReadPasswordFile(crlf);
+  auto open_file = slot::ReadPasswordFile(crlf);
   EXPECT_EQ(open_file.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(open_file.status().message().find("chmod 600"), std::string::npos);
   EXPECT_EQ(open_file.status().message().find("s3cret"), std::string::npos);
   ASSERT_EQ(::chmod(crlf.c_str(), 0640), 0);
-  EXPECT_EQ(ReadPasswordFile(crlf).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(slot::ReadPasswordFile(crlf).status().code(), StatusCode::kPermissionDenied);
   std::remove(crlf.c_str());
   std::string empty = WriteFile("");
-  EXPECT_EQ(ReadPasswordFile(empty).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(slot::ReadPasswordFile(empty).status().code(), StatusCode::kInvalidArgument);
   std::string blank = WriteFile("\n");
-  EXPECT_EQ(ReadPasswordFile(blank).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(slot::ReadPasswordFile(blank).status().code(), StatusCode::kInvalidArgument);
   std::remove(empty.c_str());
   std::remove(blank.c_str());
-  EXPECT_EQ(ReadPasswordFile("/nonexistent/walrelay-password").status().code(),
+  EXPECT_EQ(slot::ReadPasswordFile("/nonexistent/walrelay-password").status().code(),
             StatusCode::kInvalidArgument);
   // Through the option: the run refuses to start.
   std::string loose = WriteFile("s3cret\n");

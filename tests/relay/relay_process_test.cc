@@ -210,8 +210,15 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
        "--flow-status-interval-ms", "100", "--ops-log-level", "debug"},
       log_);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
+  // The slot must exist before the event is written, or the event is not in it.
+  bool streaming = false;
+  for (int k = 0; k < 600 && !streaming; ++k) {
+    std::this_thread::sleep_for(50ms);
+    streaming = run->LogTail().find("streaming slot") != std::string::npos;
+  }
+  ASSERT_TRUE(streaming) << run->LogTail();
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
-                        "VALUES ('payment', 'a', 'Paid', '{}')")
+                        "VALUES ('payment', 'a', 'Paid', '{\"wallet\": \"w1\", \"amount\": 5}')")
                   .ok());
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run->LogTail();
   {
@@ -262,6 +269,21 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
                                   log_);
   ASSERT_TRUE(lag_ok.ok());
   EXPECT_EQ(lag_ok->Wait(30s), 0);
+  // The inbox's example service: URI DSN and password file too; it credits the payment.
+  auto ledger = Subprocess::Start(
+      {WALRELAY_LEDGER_BINARY, "--bootstrap", kafka_->bootstraps(), "--group", "secrets",
+       "--topic", "outbox.payment", "--conninfo", uri, "--password-file", password_file,
+       "--consumer", "secrets", "--stats-interval-ms", "100", "--inbox-retention-ms", "0"},
+      log_);
+  ASSERT_TRUE(ledger.ok());
+  bool credited = false;
+  for (int i = 0; i < 600 && !credited; ++i) {
+    std::this_thread::sleep_for(50ms);
+    credited = ledger->LogTail(5).find("applied=1 ") != std::string::npos;
+  }
+  EXPECT_TRUE(credited) << ledger->LogTail();
+  ledger->Signal(SIGTERM);
+  EXPECT_EQ(ledger->Wait(30s), 0) << ledger->LogTail();
 
   std::ifstream in(log_);
   std::stringstream all;

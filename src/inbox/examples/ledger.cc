@@ -3,16 +3,15 @@
 #include <libpq-fe.h>
 #include <simdjson.h>
 
+#include "slot/pg_error.h"
+
 #include <memory>
 #include <optional>
 
 namespace walrelay::inbox::ledger {
 
-Status EnsureLedgerSchema(const std::string& conninfo) {
-  std::unique_ptr<PGconn, decltype(&PQfinish)> conn(PQconnectdb(conninfo.c_str()), &PQfinish);
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return UnavailableError(std::string("ledger: connect: ") + PQerrorMessage(conn.get()));
-  }
+Status EnsureLedgerSchema(const slot::ConnInfo& conninfo) {
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn, slot::ConnectPg(conninfo, "false", "ledger"));
   PQsetNoticeProcessor(
       conn.get(), [](void*, const char*) {}, nullptr);
   std::unique_ptr<PGresult, decltype(&PQclear)> res(

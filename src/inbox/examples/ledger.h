@@ -14,11 +14,12 @@
 #include <string>
 
 #include "base/status.h"
+#include "slot/conninfo.h"
 #include "src/inbox/inbox.h"
 
 namespace walrelay::inbox::ledger {
 
-Status EnsureLedgerSchema(const std::string& conninfo);
+Status EnsureLedgerSchema(const slot::ConnInfo& conninfo);
 
 // The inbox handler. kInvalidArgument (dead-lettered) when the payload is not a payment.
 Status CreditWallet(const InboxMessage& message, Transaction& tx);

@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
   app.add_option("--group", opt.group_id, "Kafka consumer group")->required();
   app.add_option("--topic", opt.topics, "Topic to consume (repeatable)")->required();
   app.add_option("--conninfo", opt.conninfo, "PostgreSQL connection string")->required();
+  std::string password_file;
+  app.add_option("--password-file", password_file,
+                 "File whose first line is the PostgreSQL password (mode 0600; kept out of "
+                 "the connection string)")
+      ->envname("WALRELAY_LEDGER_PASSWORD_FILE");
   app.add_option("--consumer", opt.consumer_name, "Logical consumer name (inbox key)")
       ->capture_default_str();
   app.add_option("--dead-letter-topic", opt.dead_letter_topic,
@@ -92,7 +97,17 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (auto st = walrelay::inbox::ledger::EnsureLedgerSchema(opt.conninfo); !st.ok()) {
+  if (!password_file.empty()) {
+    auto password = walrelay::slot::ReadPasswordFile(password_file);
+    if (!password.ok()) {
+      std::fprintf(stderr, "walrelay-ledger: --password-file: %s\n",
+                   password.status().message().c_str());
+      return 2;
+    }
+    opt.password = std::move(*password);
+  }
+  if (auto st = walrelay::inbox::ledger::EnsureLedgerSchema({opt.conninfo, opt.password});
+      !st.ok()) {
     std::fprintf(stderr, "walrelay-ledger: %s\n", st.ToString().c_str());
     return 1;
   }
