@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -186,8 +187,9 @@ OptionSpec FieldMap(std::string key, std::string help,
 std::vector<OptionSpec> BuildRunOptions() {
   std::vector<OptionSpec> o;
   o.push_back(Str("source.dsn",
-                  "libpq connection string or URI of the source database (the outbox's). "
-                  "Put the password in PGPASSWORD, ~/.pgpass or source.password_file, not here.",
+                  "libpq connection string or URI of the source database (the outbox's); "
+                  "unset: libpq's PGHOST/PGDATABASE/PGSERVICE environment. Put the password in "
+                  "PGPASSWORD, ~/.pgpass or source.password_file, not here.",
                   &RelayConfig::source_dsn));
   {
     OptionSpec s{"source.password_file",
@@ -662,6 +664,16 @@ std::string RedactConninfo(std::string_view conninfo) {
   // Parsed by libpq itself, so every form it accepts (keyword/value, URI with the password
   // in the authority or the query, percent-encoding, quoting) is redacted alike; what it
   // cannot parse is not shown at all.
+  if (conninfo.empty()) {
+    std::string env;
+    for (const char* name : {"PGSERVICE", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE",
+                             "PGUSER", "PGSSLMODE"}) {
+      if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+        env += std::string(env.empty() ? "" : " ") + name + "=" + v;
+      }
+    }
+    return "libpq's environment and defaults" + (env.empty() ? "" : " (" + env + ")");
+  }
   char* err = nullptr;
   const std::string text(conninfo);
   PQconninfoOption* opts = PQconninfoParse(text.c_str(), &err);

@@ -59,7 +59,8 @@ extern const char* const kRunExitCodesHelp;
 // The connection string for logs: parsed by libpq (PQconninfoParse) and shown as
 // keyword=value pairs with password and sslpassword replaced by ********, whatever form
 // it was given in (URI, percent-encoded, query parameter); a string libpq cannot parse is
-// not shown at all.
+// not shown at all. An empty string (libpq's environment and defaults decide) is shown as
+// the PG* connection variables that are set, PGPASSWORD never.
 std::string RedactConninfo(std::string_view conninfo);
 
 }  // namespace walrelay::cli

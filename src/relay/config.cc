@@ -1,8 +1,9 @@
 #include "src/relay/config.h"
 
-#include "slot/pg_error.h"
+#include <cstdlib>
 
 #include "base/sql.h"
+#include "slot/pg_error.h"
 #include "src/relay/poller.h"
 #include "src/relay/slot_guard.h"
 
@@ -44,6 +45,17 @@ Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config) {
   return Status::Ok();
 }
 
+namespace {
+
+bool LibpqEnvironmentNamesAServer() {
+  for (const char* name : {"PGHOST", "PGHOSTADDR", "PGDATABASE", "PGSERVICE"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 slot::ConnInfo RelayConfig::SourceConninfo() const { return {source_dsn, source_password}; }
 
 Status RelayConfig::Validate() const {
@@ -58,10 +70,14 @@ Status RelayConfig::Validate() const {
                                   "(e.g. payments.*)");
     }
   }
-  if (source_dsn.empty()) {
+  // Without a DSN libpq's environment decides (as for psql, pg_recvlogical and `walrelay
+  // lag`), but only when it names a server or service: a relay started with neither is
+  // more likely misconfigured than meant for the local default socket.
+  if (source_dsn.empty() && !LibpqEnvironmentNamesAServer()) {
     return InvalidArgumentError(
         "no source database: set --source-dsn (or WALRELAY_SOURCE_DSN, or source.dsn in the "
-        "config file), e.g. 'host=/var/run/postgresql dbname=app user=walrelay'");
+        "config file), e.g. 'host=/var/run/postgresql dbname=app user=walrelay', or libpq's "
+        "PGHOST/PGDATABASE/PGSERVICE (with PGPORT, PGUSER)");
   }
   if (bootstrap_servers.empty() && !embedded_kafka) {
     return InvalidArgumentError(

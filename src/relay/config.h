@@ -99,7 +99,7 @@ Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config);
 
 struct RelayConfig {
   // --- source (PostgreSQL)
-  std::string source_dsn;         // libpq conninfo; password never logged
+  std::string source_dsn;  // libpq conninfo or URI; empty = libpq environment (PGHOST...)
   std::string source_password;    // from a file or PGPASSWORD; never logged
   std::string slot = "walrelay";  // logical slot name
   std::string publication = "walrelay_outbox";

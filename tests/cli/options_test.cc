@@ -199,6 +199,29 @@ TEST(OptionsTest, BadValuesSayWhatIsWrong) {
   EXPECT_NE(p.config.status().message().find("--source-dsn"), std::string::npos);
 }
 
+// Without --source-dsn, run takes libpq's environment like lag, psql and pg_recvlogical
+// do (issue 13), when it names a server; the start log shows which variables decided.
+TEST(OptionsTest, RunTakesLibpqEnvironmentWithoutADsn) {
+  for (const char* name : {"PGHOST", "PGHOSTADDR", "PGDATABASE", "PGSERVICE", "PGPORT"}) {
+    ::unsetenv(name);
+  }
+  auto p = Parse({"--kafka-bootstrap-servers", "k:1"});
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("PGHOST"), std::string::npos)
+      << p.config.status().message();
+  ::setenv("PGHOST", "/run/postgresql", 1);
+  ::setenv("PGPORT", "5433", 1);
+  ::setenv("PGPASSWORD", "env-SECRET", 1);
+  p = Parse({"--kafka-bootstrap-servers", "k:1"});
+  const std::string shown = RedactConninfo("");
+  ::unsetenv("PGHOST");
+  ::unsetenv("PGPORT");
+  ::unsetenv("PGPASSWORD");
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->source_dsn, "");
+  EXPECT_EQ(shown, "libpq's environment and defaults (PGHOST=/run/postgresql PGPORT=5433)");
+}
+
 TEST(OptionsTest, KafkaPropertyValuesMayHoldCommas) {
   auto args = kMinimal;
   args.insert(args.end(),

@@ -300,6 +300,34 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
   }
 }
 
+// No DSN at all: setup and run connect through libpq's environment (issue 13), and the
+// start log names the variables that decided.
+TEST_F(RelayProcessTest, SetupAndRunConnectThroughLibpqEnvironment) {
+  const std::vector<std::string> env = {"PGHOST=" + pg_->socket_dir(),
+                                        "PGPORT=" + std::to_string(pg_->port()),
+                                        "PGUSER=walrelay", "PGDATABASE=postgres"};
+  auto setup = Subprocess::Start({WALRELAY_BINARY, "setup", "--source-slot", "env_slot"}, log_, env);
+  ASSERT_TRUE(setup.ok());
+  EXPECT_EQ(setup->Wait(60s), 0) << setup->LogTail();
+  auto run = Subprocess::Start({WALRELAY_BINARY, "run", "--source-slot", "env_slot",
+                                "--kafka-bootstrap-servers", kafka_->bootstraps(),
+                                "--flow-status-interval-ms", "100"},
+                               log_, env);
+  ASSERT_TRUE(run.ok());
+  bool streaming = false;
+  for (int i = 0; i < 600 && !streaming; ++i) {
+    std::this_thread::sleep_for(50ms);
+    streaming = run->LogTail().find("streaming slot env_slot") != std::string::npos;
+  }
+  ASSERT_TRUE(streaming) << run->LogTail();
+  EXPECT_NE(run->LogTail(100).find("source libpq's environment and defaults (PGHOST=" +
+                                   pg_->socket_dir()),
+            std::string::npos)
+      << run->LogTail();
+  run->Signal(SIGTERM);
+  EXPECT_EQ(run->Wait(30s), 0) << run->LogTail();
+}
+
 TEST_F(RelayProcessTest, KillNineAtRandomMomentsLosesNothing) {
   StartRelay();
   std::atomic<bool> written{false};
