@@ -148,6 +148,7 @@ StatusCode StatusCodeForKafkaError(int code) {
 
 Producer::Producer(DeliveryCallback on_delivery, const ProducerOptions& options)
     : on_delivery_(std::move(on_delivery)),
+      on_client_error_(options.on_client_error),
       queue_full_timeout_(options.queue_full_timeout),
       stop_on_failure_(options.stop_on_failure) {}
 
@@ -394,6 +395,21 @@ void Producer::HandleDelivery(const rd_kafka_message_t* message) {
 }
 
 void Producer::HandleError(int err, const char* reason) {
+  if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR__SSL ||
+      err == RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED) {
+    const bool tls = err == RD_KAFKA_RESP_ERR__SSL;
+    Status st(tls ? StatusCode::kFailedPrecondition : StatusCode::kPermissionDenied,
+              fmt::format("kafka: {} failed: {}", tls ? "TLS" : "authentication",
+                          MaskSecrets(reason)));
+    // librdkafka suppresses identical repeats and backs off reconnecting (up to
+    // reconnect.backoff.max.ms), so this is said a few times a minute at most.
+    spdlog::error("{}. No record can be delivered until this is fixed; events wait in the "
+                  "slot (nothing is lost, nothing is confirmed past them). Check the {} "
+                  "properties (docs/operations.md, section 12)",
+                  st.message(), tls ? "ssl.*" : "security.protocol and sasl.*");
+    if (on_client_error_) on_client_error_(st);
+    return;
+  }
   if (err == RD_KAFKA_RESP_ERR__FATAL) {
     spdlog::error("kafka producer fatal error reported: {}", reason);
   } else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {

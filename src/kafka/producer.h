@@ -114,6 +114,13 @@ struct ProducerOptions {
   // that no later record of a partition lands after a failed earlier one. Only a caller
   // that produces one record at a time and retries it may turn this off.
   bool stop_on_failure = true;
+  // Called (on the thread that calls Poll) for each failure of the client itself rather
+  // than of a record: authentication (SASL) or TLS failing against a broker. These do not
+  // heal by retrying, yet librdkafka retries them for ever while records wait (they never
+  // time out). kPermissionDenied for authentication, kFailedPrecondition for TLS; the
+  // message is librdkafka's reason (it names the broker, never a property's value).
+  // Optional.
+  std::function<void(const Status&)> on_client_error;
 };
 
 class Producer {
@@ -199,6 +206,7 @@ class Producer {
 
   rd_kafka_t* rk_ = nullptr;
   DeliveryCallback on_delivery_;
+  std::function<void(const Status&)> on_client_error_;
   std::chrono::milliseconds queue_full_timeout_;
   bool stop_on_failure_ = true;
   int64_t max_message_bytes_ = 0;

@@ -59,6 +59,10 @@ inline constexpr MetricName kKafkaFailingTopics{
     "walrelay_kafka_failing_topics",
     "Topics that do not exist or may not be written: their events are retried for "
     "--kafka-topic-error-timeout-ms, then dead-lettered."};
+inline constexpr MetricName kKafkaClientErrors{
+    "walrelay_kafka_client_errors_total",
+    "Authentication (SASL) and TLS failures of the Kafka client: no record is delivered "
+    "until the configuration is fixed (events wait in the slot; /readyz says why)."};
 inline constexpr MetricName kStreaming{
     "walrelay_streaming", "1 while a replication session is streaming, else 0 (connection state)."};
 inline constexpr MetricName kStandby{

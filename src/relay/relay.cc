@@ -395,6 +395,8 @@ kafka::ProducerOptions Relay::ProducerOptions() const {
   if (kafka_batch_size_ > 0) {
     popts.properties.emplace_back("batch.size", std::to_string(kafka_batch_size_));
   }
+  popts.on_client_error = [errors = kafka_client_errors_.get(), acked = &stats_.events_acked](
+                              const Status& why) { errors->Fail(why, acked->load()); };
   return popts;
 }
 
@@ -498,6 +500,9 @@ Status Relay::StartObservability() {
   gauge(mn::kKafkaBatchSize, stats_.kafka_batch_size);
   r.AddGaugeCallback(mn::kKafkaFailingTopics.name, mn::kKafkaFailingTopics.help, {},
                      [this] { return static_cast<double>(topic_errors_->failing()); });
+  r.AddCounterCallback(mn::kKafkaClientErrors.name, mn::kKafkaClientErrors.help, {}, [this] {
+    return static_cast<double>(kafka_client_errors_->total());
+  });
   r.AddGaugeCallback(mn::kFlushLagBytes.name, mn::kFlushLagBytes.help, {}, [this] {
     const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
     return end > flush ? static_cast<double>(end - flush) : 0.0;
@@ -574,6 +579,10 @@ Status Relay::StartObservability() {
     so.address = config_.metrics_address;
     so.ready = [this]() -> Status {
       if (Status topics = topic_errors_->Readiness(); !topics.ok()) return topics;
+      if (Status kafka = kafka_client_errors_->Readiness(stats_.events_acked.load());
+          !kafka.ok()) {
+        return kafka;
+      }
       if (config_.source_mode == SourceMode::kPoll) {
         if (stats_.polling.load() == 0) return UnavailableError("not polling");
         return Status::Ok();

@@ -48,6 +48,7 @@
 #include "base/status.h"
 #include "src/kafka/producer.h"
 #include "src/relay/config.h"
+#include "src/relay/kafka_health.h"
 #include "src/relay/relay_stats.h"
 #include "src/relay/topic_errors.h"
 
@@ -95,6 +96,9 @@ class Relay {
   struct Embedded;
   std::unique_ptr<Embedded> embedded_;
   std::unique_ptr<TopicErrors> topic_errors_;  // across sessions
+  // Authentication and TLS failures of the Kafka client, across sessions.
+  const std::unique_ptr<KafkaClientErrors> kafka_client_errors_ =
+      std::make_unique<KafkaClientErrors>();
   std::unique_ptr<Observability> obs_;
   bool guard_started_ = false;
   bool transport_warned_ = false;  // poll mode: the transport warning was logged
