@@ -269,6 +269,84 @@ TEST_F(InboxTest, HandlerThatThrowsIsRolledBackAndRetried) {
   EXPECT_EQ(QueryInt(*pg_, "SELECT sum(balance) FROM wallet"), 1 + 2 + 3);
 }
 
+// Issue 18 item 6: a handler that swallows a failed statement and returns OK leaves an
+// aborted transaction, whose COMMIT PostgreSQL answers with ROLLBACK. It must never count
+// as applied: the inbox sees the aborted transaction before COMMIT (and checks COMMIT's
+// answer behind that), and the swallowed error decides: division by zero is a data error,
+// so the message is dead-lettered with that reason, its credit undone; the others apply.
+TEST_F(InboxTest, SwallowedErrorNeverCountsAsApplied) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  std::vector<Event> events = {Payment(0), Payment(1), Payment(2)};
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  Handler swallowing = [&](const InboxMessage& m, Transaction& tx) -> Status {
+    WALRELAY_RETURN_IF_ERROR(ledger::CreditWallet(m, tx));
+    if (m.event_id == "evt-1") {
+      (void)tx.Exec("SELECT 1 / 0", {});  // the error is ignored: a bug in the service
+    }
+    return Status::Ok();
+  };
+  InboxStats s = RunUntil(Options("g", "payments"), swallowing,
+                          [](const InboxStats& s) { return s.applied + s.dead_lettered >= 3; });
+  EXPECT_EQ(s.applied, 2u);
+  EXPECT_EQ(s.dead_lettered, 1u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), 2);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit WHERE event_id = 'evt-1'"), 0);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT sum(balance) FROM wallet"), 1 + 3);
+  auto reason = pg_->QueryScalar("SELECT reason FROM inbox_dead_letter WHERE message_id = 'evt-1'");
+  ASSERT_TRUE(reason.ok()) << reason.status().ToString();
+  EXPECT_NE(reason->find("division by zero"), std::string::npos) << *reason;
+}
+
+// Issue 18 item 6: rebalances inside one group while messages are in flight. Consumer A
+// works through 4 partitions with a slow handler; B joins (A's partitions are revoked
+// mid-work and split), then A leaves (B takes everything). Revocation must finish or roll
+// back the in-flight messages and commit only offsets of committed ones: every event is
+// applied exactly once, none lost (a stored offset ahead of its commit would lose one).
+TEST_F(InboxTest, RebalancesInOneGroupWithMessagesInFlightLoseAndRepeatNothing) {
+  constexpr int kEvents = 1200;
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 4).ok());
+  std::vector<Event> events;
+  for (int i = 0; i < kEvents; ++i) events.push_back(Payment(i));
+  ProduceAll(kafka_->bootstraps(), "payments", events);
+  Handler slow = [](const InboxMessage& m, Transaction& tx) -> Status {
+    std::this_thread::sleep_for(2ms);
+    return ledger::CreditWallet(m, tx);
+  };
+  auto make = [&] {
+    InboxOptions o = Options("g", "payments");
+    o.batch_max_messages = 20;
+    auto c = InboxConsumer::Create(std::move(o), slow);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  auto a = make();
+  auto b = make();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->EnsureSchema().ok());
+  Status a_status, b_status;
+  std::thread run_a([&] { a_status = a->Run(); });
+  ASSERT_TRUE(WaitFor([&] { return a->stats().applied >= 150; }, 60s));
+  std::thread run_b([&] { b_status = b->Run(); });
+  ASSERT_TRUE(WaitFor([&] { return b->stats().applied >= 100; }, 60s)) << "B got no partition";
+  const uint64_t a_before_leaving = a->stats().applied;
+  EXPECT_LT(a_before_leaving, static_cast<uint64_t>(kEvents)) << "nothing was in flight";
+  a->Stop();
+  run_a.join();
+  EXPECT_TRUE(a_status.ok()) << a_status.ToString();
+  ASSERT_TRUE(WaitFor([&] {
+    return QueryInt(*pg_, "SELECT count(DISTINCT event_id) FROM wallet_credit") == kEvents;
+  }, 120s)) << QueryInt(*pg_, "SELECT count(DISTINCT event_id) FROM wallet_credit");
+  b->Stop();
+  run_b.join();
+  EXPECT_TRUE(b_status.ok()) << b_status.ToString();
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit"), kEvents);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox"), kEvents);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT sum(balance) FROM wallet"),
+            static_cast<int64_t>(kEvents) * (kEvents + 1) / 2);
+  EXPECT_EQ(a->stats().applied + b->stats().applied, static_cast<uint64_t>(kEvents));
+  EXPECT_EQ(a->stats().dead_lettered + b->stats().dead_lettered, 0u);
+}
+
 // Issue test 6: an inbox retention shorter than the replay window is refused at start.
 TEST_F(InboxTest, RetentionShorterThanReplayWindowIsRefused) {
   InboxOptions o = Options("g", "payments");
