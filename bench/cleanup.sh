@@ -36,49 +36,13 @@ DESIGNS=${DESIGNS:-none janitor partitions same-transaction}
 CLIENTS=${CLIENTS:-2}
 RETENTION_MS=${RETENTION_MS:-30000}
 SAMPLE=${SAMPLE:-5}
-WALRELAY=$ROOT/$BUILD/src/cli/walrelay
-DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
 PGBENCH=${WALRELAY_PG_BINDIR:-/usr/lib/postgresql/15/bin}/pgbench
-
-log() { printf '[cleanup %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-if [[ ! -x $WALRELAY || ! -x $DEVBROKER ]]; then
-  log "building walrelay and walrelay-devbroker in $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
-  cmake --build "$BUILD" -j2 --target walrelay walrelay-devbroker
-fi
+BENCH_NAME=cleanup
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_build
 [[ -x $PGBENCH ]] || PGBENCH=$(command -v pgbench) || { echo "pgbench is needed" >&2; exit 2; }
-
-rm -rf "$WORK"
-mkdir -p "$WORK"
-chmod 755 "$WORK"
-PGDIR=$WORK/pg
-BROKER_PID=""
-RELAY_PID=""
-SAMPLER_PID=""
-cleanup() {
-  set +e
-  [[ -n "$SAMPLER_PID" ]] && kill "$SAMPLER_PID" 2>/dev/null
-  [[ -n "$RELAY_PID" ]] && kill "$RELAY_PID" 2>/dev/null && wait "$RELAY_PID" 2>/dev/null
-  [[ -n "$BROKER_PID" ]] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
-  if [[ "${KEEP:-0}" != 1 ]]; then
-    "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-
-eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" max_wal_size=8GB checkpoint_timeout=30min \
-  shared_buffers=256MB autovacuum_naptime=10s)"
-DSN="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
-q() { PGOPTIONS="-c client_min_messages=warning" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
-
-BOOTFILE=$WORK/bootstrap
-"$DEVBROKER" --brokers 3 --bootstrap-file "$BOOTFILE" </dev/null >"$WORK/devbroker.log" 2>&1 &
-BROKER_PID=$!
-for _ in $(seq 1 200); do [[ -s $BOOTFILE ]] && break; sleep 0.05; done
-BOOT=$(sed -n 's/^bootstrap=//p' "$BOOTFILE")
-[[ -n $BOOT ]] || { cat "$WORK/devbroker.log" >&2; exit 1; }
+bench_start autovacuum_naptime=10s
 
 design_flags() {
   case $1 in

@@ -35,59 +35,15 @@ SECONDS_STEADY=${SECONDS:-20}
 POLL_INTERVAL_MS=${POLL_INTERVAL_MS:-100}
 POLL_BATCH=${POLL_BATCH:-100}
 MODES=${MODES:-wal poll}
-WALRELAY=$ROOT/$BUILD/src/cli/walrelay
-DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
-CLK_TCK=$(getconf CLK_TCK)
-
-log() { printf '[poll_vs_wal %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-if [[ ! -x $WALRELAY || ! -x $DEVBROKER ]]; then
-  log "building walrelay and walrelay-devbroker in $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
-  cmake --build "$BUILD" -j2 --target walrelay walrelay-devbroker
-fi
+BENCH_NAME=poll_vs_wal
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_build
 command -v pgbench >/dev/null || { echo "pgbench is needed (postgresql-contrib)" >&2; exit 2; }
 command -v kcat >/dev/null || { echo "kcat is needed" >&2; exit 2; }
-
-rm -rf "$WORK"
-mkdir -p "$WORK"
-chmod 755 "$WORK"
-PGDIR=$WORK/pg
-BROKER_PID=""
-RELAY_PID=""
-cleanup() {
-  set +e
-  [[ -n "$RELAY_PID" ]] && kill "$RELAY_PID" 2>/dev/null && wait "$RELAY_PID" 2>/dev/null
-  [[ -n "$BROKER_PID" ]] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
-  if [[ "${KEEP:-0}" != 1 ]]; then
-    "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-
-eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" max_wal_size=8GB checkpoint_timeout=30min \
-  shared_buffers=256MB)"
-DSN="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
-q() { PGOPTIONS="-c client_min_messages=warning" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
-POSTMASTER=$(head -1 "$PGDIR/data/postmaster.pid")
+bench_start
 PGVERSION=$(q "SHOW server_version")
 
-BOOTFILE=$WORK/bootstrap
-"$DEVBROKER" --brokers 3 --bootstrap-file "$BOOTFILE" </dev/null >"$WORK/devbroker.log" 2>&1 &
-BROKER_PID=$!
-for _ in $(seq 1 200); do [[ -s $BOOTFILE ]] && break; sleep 0.05; done
-BOOT=$(sed -n 's/^bootstrap=//p' "$BOOTFILE")
-[[ -n $BOOT ]] || { cat "$WORK/devbroker.log" >&2; exit 1; }
-
-cpu_of() {  # utime+stime (+ reaped children's with "all") in ticks of a live pid, or 0
-  local stat
-  IFS= read -r stat <"/proc/$1/stat" 2>/dev/null || { echo 0; return; }
-  stat=${stat##*) }
-  # shellcheck disable=SC2086
-  set -- $stat
-  if [[ ${2:-} == all ]]; then echo $(( ${12} + ${13} + ${14} + ${15} )); else echo $(( ${12} + ${13} )); fi
-}
 pg_cpu() {  # every server process: the postmaster with its reaped children, live children
   local total
   total=$(cpu_of "$POSTMASTER" all)

@@ -1,0 +1,73 @@
+# bench/lib.sh: what the benchmark scripts share. Sourced, never run.
+#
+# Before sourcing, set ROOT (the source tree), BUILD (build directory, relative to ROOT),
+# WORK (scratch directory, emptied) and BENCH_NAME (prefix of log lines). Provides:
+#   log MSG...            a timestamped line on stderr
+#   WALRELAY, DEVBROKER   the programs (built by bench_build when missing)
+#   bench_build           builds walrelay and walrelay-devbroker in $BUILD when missing
+#   bench_start [name=value ...]
+#                         empties $WORK, starts a throwaway PostgreSQL 15 (scripts/pgtmp.sh;
+#                         the settings are added to its defaults) and the dev broker (3
+#                         brokers); sets PGDIR, PGHOST, PGPORT, DSN, POSTMASTER, BOOT,
+#                         BROKER_PID, and installs the EXIT trap (bench_cleanup)
+#   q SQL                 one psql query, unaligned tuples only
+#   cpu_of PID [all]      utime+stime of a live process in clock ticks (+ reaped children)
+#   bench_cleanup         stops $SAMPLER_PID, $RELAY_PID, $BROKER_PID (when set), destroys
+#                         the cluster and $WORK unless KEEP=1
+WALRELAY=$ROOT/$BUILD/src/cli/walrelay
+DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
+CLK_TCK=$(getconf CLK_TCK)
+BROKER_PID=""
+RELAY_PID=""
+SAMPLER_PID=""
+
+log() { printf '[%s %s] %s\n' "$BENCH_NAME" "$(date +%T)" "$*" >&2; }
+
+bench_build() {
+  if [[ ! -x $WALRELAY || ! -x $DEVBROKER ]]; then
+    log "building walrelay and walrelay-devbroker in $BUILD"
+    cmake -S "$ROOT" -B "$ROOT/$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
+    cmake --build "$ROOT/$BUILD" -j2 --target walrelay walrelay-devbroker
+  fi
+}
+
+bench_cleanup() {
+  set +e
+  local pid
+  for pid in "$SAMPLER_PID" "$RELAY_PID" "$BROKER_PID"; do
+    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  done
+  if [[ "${KEEP:-0}" != 1 ]]; then
+    "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
+    rm -rf "$WORK"
+  fi
+}
+
+q() { PGOPTIONS="-c client_min_messages=warning" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
+
+cpu_of() {
+  local stat
+  IFS= read -r stat <"/proc/$1/stat" 2>/dev/null || { echo 0; return; }
+  stat=${stat##*) }
+  # shellcheck disable=SC2086
+  set -- $stat
+  if [[ ${2:-} == all ]]; then echo $(( ${12} + ${13} + ${14} + ${15} )); else echo $(( ${12} + ${13} )); fi
+}
+
+bench_start() {
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+  chmod 755 "$WORK"
+  PGDIR=$WORK/pg
+  trap bench_cleanup EXIT
+  eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" max_wal_size=8GB checkpoint_timeout=30min \
+    shared_buffers=256MB "$@")"
+  DSN="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
+  POSTMASTER=$(head -1 "$PGDIR/data/postmaster.pid")
+  local bootfile=$WORK/bootstrap
+  "$DEVBROKER" --brokers 3 --bootstrap-file "$bootfile" </dev/null >"$WORK/devbroker.log" 2>&1 &
+  BROKER_PID=$!
+  for _ in $(seq 1 200); do [[ -s $bootfile ]] && break; sleep 0.05; done
+  BOOT=$(sed -n 's/^bootstrap=//p' "$bootfile")
+  [[ -n $BOOT ]] || { cat "$WORK/devbroker.log" >&2; exit 1; }
+}
