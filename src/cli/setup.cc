@@ -61,6 +61,7 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
                   QuoteIdentifier(config.publication) + " FOR TABLE " + list +
                   " WITH (publish_via_partition_root = true);\n  END IF;\nEND $$");
   }
+  if (!config.create_slot) return sql;  // RunSetup says how the slot will come
   sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) + ", " +
                 QuoteLiteral(config.plugin) +
                 ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
@@ -108,8 +109,15 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     return Status::Ok();
   }
   WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables).status());
-  std::cerr << "setup complete: publication " << config.publication << ", slot " << config.slot
-            << ", tables";
+  if (!config.create_slot) {
+    std::cerr << "no slot created (source.create_slot = false): create " << config.slot
+              << " yourself before walrelay run starts, e.g. SELECT "
+                 "pg_create_logical_replication_slot("
+              << QuoteLiteral(config.slot) << ", " << QuoteLiteral(config.plugin)
+              << "); events committed before the slot exists are not in it\n";
+  }
+  std::cerr << "setup complete: publication " << config.publication << ", slot "
+            << (config.create_slot ? config.slot : "(none)") << ", tables";
   for (const auto& t : config.tables) std::cerr << " " << t;
   std::cerr << "\n";
   return Status::Ok();

@@ -110,6 +110,17 @@ TEST_F(SetupTest, CreatesTheSlotOfTheConfiguredPlugin) {
             "wal2json");
 }
 
+// --source-create-slot false (accepted by setup like every run option) was ignored: setup
+// made the slot anyway, a slot nobody reads that pins WAL. Now it makes everything else
+// and says how the slot will come.
+TEST_F(SetupTest, NoSlotWhenCreateSlotIsOff) {
+  CommandResult r = RunWalrelay("setup " + dsn_ + " --source-create-slot false");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_publication WHERE pubname = 'walrelay_outbox'"), "1");
+  EXPECT_NE(r.output.find("no slot created"), std::string::npos) << r.output;
+}
+
 TEST_F(SetupTest, WrongWalLevelIsExplained) {
   ASSERT_TRUE(pg_->Exec("ALTER SYSTEM SET wal_level = replica").ok());
   ASSERT_TRUE(pg_->Restart().ok());
