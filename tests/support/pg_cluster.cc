@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -236,26 +237,7 @@ Result<std::unique_ptr<TestCluster>> TestCluster::Start(Options options) {
     return InternalError(ErrnoText("chown " + c->dir_));
   }
 
-  SpawnSpec init;
-  init.argv = {initdb, "-D",   c->data_dir_, "-U",        "walrelay",         "--auth=trust",
-               "-E",   "UTF8", "--locale=C", "--no-sync", "--no-instructions"};
-  init.log_path = c->dir_ + "/initdb.log";
-  init.cwd = c->dir_;
-  init.drop_privileges = c->drop_privileges_;
-  init.uid = c->uid_;
-  init.gid = c->gid_;
-  WALRELAY_ASSIGN_OR_RETURN(pid_t init_pid, Spawn(init));
-  std::optional<int> init_status = WaitExit(init_pid, std::chrono::minutes(2));
-  if (!init_status) {
-    ::kill(init_pid, SIGKILL);
-    WaitExit(init_pid, std::chrono::seconds(5));
-    return DeadlineExceededError("initdb did not finish in 2 minutes; log:\n" +
-                                 TailOfFile(init.log_path, 40));
-  }
-  if (!WIFEXITED(*init_status) || WEXITSTATUS(*init_status) != 0) {
-    return InternalError("initdb failed (" + DescribeWaitStatus(*init_status) + "); log:\n" +
-                         TailOfFile(init.log_path, 40));
-  }
+  WALRELAY_RETURN_IF_ERROR(c->InitDataDir(initdb));
 
   {
     std::ofstream conf(c->data_dir_ + "/postgresql.conf", std::ios::app);
@@ -289,6 +271,73 @@ Result<std::unique_ptr<TestCluster>> TestCluster::Start(Options options) {
 
   WALRELAY_RETURN_IF_ERROR(c->StartServer());
   return c;
+}
+
+namespace {
+
+// Runs `spec` to its end (2 minutes at most); `what` names it in errors.
+Status RunToEnd(const SpawnSpec& spec, const std::string& what) {
+  WALRELAY_ASSIGN_OR_RETURN(pid_t pid, Spawn(spec));
+  std::optional<int> status = WaitExit(pid, std::chrono::minutes(2));
+  if (!status) {
+    ::kill(pid, SIGKILL);
+    WaitExit(pid, std::chrono::seconds(5));
+    return DeadlineExceededError(what + " did not finish in 2 minutes; log:\n" +
+                                 TailOfFile(spec.log_path, 40));
+  }
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    return InternalError(what + " failed (" + DescribeWaitStatus(*status) + "); log:\n" +
+                         TailOfFile(spec.log_path, 40));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TestCluster::InitDataDir(const std::string& initdb) {
+  // initdb costs about a second of CPU; a suite starts hundreds of clusters. The first
+  // cluster of a machine runs it into a template (one per initdb binary and server user,
+  // made under an exclusive lock, published by a rename) and every cluster copies it.
+  struct stat bin {};
+  if (::stat(initdb.c_str(), &bin) != 0) return InternalError(ErrnoText("stat " + initdb));
+  const std::string root = ResolveTempRoot(options_.temp_root);
+  const std::string templ = root + "/walrelay-pg-template-" + std::to_string(uid_) + "-" +
+                            std::to_string(std::hash<std::string>{}(initdb)) + "-" +
+                            std::to_string(static_cast<long long>(bin.st_mtime));
+  SpawnSpec spec;
+  spec.log_path = dir_ + "/initdb.log";
+  spec.cwd = dir_;
+  spec.drop_privileges = drop_privileges_;
+  spec.uid = uid_;
+  spec.gid = gid_;
+  if (::access((templ + "/data/PG_VERSION").c_str(), R_OK) != 0) {
+    const std::string lock_path = templ + ".lock";
+    const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock < 0) return InternalError(ErrnoText("open " + lock_path));
+    ::flock(lock, LOCK_EX);
+    Status made = Status::Ok();
+    if (::access((templ + "/data/PG_VERSION").c_str(), R_OK) != 0) {
+      // A half-made template (a killed run) is made again.
+      std::error_code ec;
+      std::filesystem::remove_all(templ + ".tmp", ec);
+      if (::mkdir((templ + ".tmp").c_str(), 0700) != 0 ||
+          (drop_privileges_ && ::chown((templ + ".tmp").c_str(), uid_, gid_) != 0)) {
+        made = InternalError(ErrnoText("mkdir " + templ + ".tmp"));
+      } else {
+        spec.argv = {initdb, "-D", templ + ".tmp/data", "-U", "walrelay", "--auth=trust", "-E",
+                     "UTF8", "--locale=C", "--no-sync", "--no-instructions"};
+        made = RunToEnd(spec, "initdb");
+        if (made.ok() && ::rename((templ + ".tmp").c_str(), templ.c_str()) != 0) {
+          made = InternalError(ErrnoText("rename " + templ + ".tmp"));
+        }
+      }
+    }
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+    WALRELAY_RETURN_IF_ERROR(made);
+  }
+  spec.argv = {"/bin/cp", "-a", templ + "/data", data_dir_};
+  return RunToEnd(spec, "copying the initdb template " + templ);
 }
 
 Status TestCluster::StartServer() {

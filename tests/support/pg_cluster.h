@@ -93,6 +93,8 @@ class TestCluster {
 
  private:
   TestCluster() = default;
+  // data_dir_ from initdb: a copy of this machine's template, made on first use.
+  Status InitDataDir(const std::string& initdb);
   Status StartServer();
 
   Options options_;
