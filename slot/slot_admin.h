@@ -105,8 +105,8 @@ Status RequireLogicalWalLevel(const ServerSettings& settings);
 class SlotAdmin {
  public:
   // `conninfo`: a libpq keyword/value string or URI and a password apart (ConnInfo);
-  // replication is forced off. The
-  // session runs with kRelaySession (pg_error.h): local commits, 30 s statement timeout.
+  // replication is forced off. The session runs with kRelaySession (pg_error.h): local
+  // commits, 30 s statement timeout.
   static Result<std::unique_ptr<SlotAdmin>> Connect(const ConnInfo& conninfo);
 
   // Resolves configured table names as the server does (to_regclass: SQL name rules,

@@ -403,9 +403,9 @@ void Producer::HandleError(int err, const char* reason) {
                           MaskSecrets(reason)));
     // librdkafka suppresses identical repeats and backs off reconnecting (up to
     // reconnect.backoff.max.ms), so this is said a few times a minute at most.
-    spdlog::error("{}. No record can be delivered until this is fixed; events wait in the "
-                  "slot (nothing is lost, nothing is confirmed past them). Check the {} "
-                  "properties (docs/operations.md, section 12)",
+    // The caller (on_client_error) says what waiting costs it; the relay's /readyz does.
+    spdlog::error("{}. No record can be delivered until this is fixed; records wait, none is "
+                  "dropped. Check the {} properties (docs/operations.md, section 12)",
                   st.message(), tls ? "ssl.*" : "security.protocol and sasl.*");
     if (on_client_error_) on_client_error_(st);
     return;
