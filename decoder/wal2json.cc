@@ -231,7 +231,45 @@ class ErrorSink {
   size_t size_;
 };
 
-Status ParseColumnArray(ondemand::value v, bool with_value, ErrorSink* err,
+// Reads JSON strings (keys and values) without a copy when they hold no escape: wal2json
+// writes its keys, names, types and most values plainly, so the text is viewed in place in
+// the padded input. A string with a backslash is unescaped into `buf`, which is sized once
+// per document (unescaped text is never longer than the document), so earlier views stay
+// valid. Both live until the decoder's next Decode().
+class StringReader {
+ public:
+  StringReader(const ondemand::parser& parser, std::string* buf, size_t document_size)
+      : parser_(parser) {
+    const size_t need = document_size + 2 * simdjson::SIMDJSON_PADDING;
+    if (buf->size() < need) buf->resize(need);
+    dst_ = reinterpret_cast<uint8_t*>(buf->data());
+  }
+
+  simdjson::error_code Text(ondemand::raw_json_string raw, std::string_view* out) {
+    // Stage 1 found this string's closing quote; the NUL test also stops the scan at the
+    // zeroed padding whatever the input (a NUL inside a string goes the unescape way).
+    const char* begin = raw.raw();
+    const char* p = begin;
+    while (*p != '"' && *p != '\\' && *p != '\0') ++p;
+    if (*p == '"') {
+      *out = std::string_view(begin, static_cast<size_t>(p - begin));
+      return simdjson::SUCCESS;
+    }
+    return parser_.unescape(raw, dst_).get(*out);
+  }
+  simdjson::error_code Value(ondemand::value v, std::string_view* out) {
+    ondemand::raw_json_string raw;
+    if (auto e = v.get_raw_json_string().get(raw)) return e;
+    return Text(raw, out);
+  }
+  simdjson::error_code Key(ondemand::field& f, std::string_view* out) { return Text(f.key(), out); }
+
+ private:
+  const ondemand::parser& parser_;
+  uint8_t* dst_;
+};
+
+Status ParseColumnArray(ondemand::value v, bool with_value, ErrorSink* err, StringReader* str,
                         std::vector<ParsedColumn>* out) {
   ondemand::array arr;
   if (auto e = v.get_array().get(arr)) return err->Fail("columns must be an array", e);
@@ -240,16 +278,17 @@ Status ParseColumnArray(ondemand::value v, bool with_value, ErrorSink* err,
     if (auto e = elem.get_object().get(obj)) return err->Fail("column must be an object", e);
     ParsedColumn c;
     bool has_name = false;
-    for (auto field : obj) {
+    for (auto&& field_result : obj) {
+      ondemand::field field;
+      if (auto e = std::move(field_result).get(field)) return err->Fail("bad column key", e);
       std::string_view key;
-      if (auto e = field.unescaped_key().get(key)) return err->Fail("bad column key", e);
-      ondemand::value fv;
-      if (auto e = field.value().get(fv)) return err->Fail("bad column value", e);
+      if (auto e = str->Key(field, &key)) return err->Fail("bad column key", e);
+      ondemand::value fv = field.value();
       if (key == "name") {
-        if (auto e = fv.get_string().get(c.name)) return err->Fail("column name", e);
+        if (auto e = str->Value(fv, &c.name)) return err->Fail("column name", e);
         has_name = true;
       } else if (key == "type") {
-        if (auto e = fv.get_string().get(c.type)) return err->Fail("column type", e);
+        if (auto e = str->Value(fv, &c.type)) return err->Fail("column type", e);
       } else if (key == "typeoid") {
         uint64_t oid;
         if (auto e = fv.get_uint64().get(oid); e || oid > 0xffffffffu) {
@@ -264,7 +303,7 @@ Status ParseColumnArray(ondemand::value v, bool with_value, ErrorSink* err,
             c.kind = ParsedColumn::Kind::kNull;
             break;
           case ondemand::json_type::string:
-            if (auto e = fv.get_string().get(c.text)) return err->Fail("column value", e);
+            if (auto e = str->Value(fv, &c.text)) return err->Fail("column value", e);
             c.kind = ParsedColumn::Kind::kString;
             break;
           case ondemand::json_type::number:
@@ -293,12 +332,12 @@ Status ParseColumnArray(ondemand::value v, bool with_value, ErrorSink* err,
 }
 
 Status ParseOptionalString(ondemand::value v, std::string_view what, ErrorSink* err,
-                           std::optional<std::string_view>* out) {
+                           StringReader* str, std::optional<std::string_view>* out) {
   bool is_null = false;
   if (auto e = v.is_null().get(is_null)) return err->Fail(what, e);
   if (is_null) return Status::Ok();
   std::string_view s;
-  if (auto e = v.get_string().get(s)) return err->Fail(what, e);
+  if (auto e = str->Value(v, &s)) return err->Fail(what, e);
   *out = s;
   return Status::Ok();
 }
@@ -316,16 +355,18 @@ Status Wal2JsonDecoder::Parse(std::string_view json, Parsed* p) {
   ErrorSink pre(nullptr, padded_.data(), json.size());
   if (auto e = parser_.iterate(view).get(doc)) return pre.Fail("invalid JSON", e);
   ErrorSink err(&doc, padded_.data(), json.size());
+  StringReader str(parser_, &unescaped_, json.size());
   ondemand::object obj;
   if (auto e = doc.get_object().get(obj)) return err.Fail("document must be an object", e);
-  for (auto field : obj) {
+  for (auto&& field_result : obj) {
+    ondemand::field field;
+    if (auto e = std::move(field_result).get(field)) return err.Fail("bad key", e);
     std::string_view key;
-    if (auto e = field.unescaped_key().get(key)) return err.Fail("bad key", e);
-    ondemand::value v;
-    if (auto e = field.value().get(v)) return err.Fail("bad value", e);
+    if (auto e = str.Key(field, &key)) return err.Fail("bad key", e);
+    ondemand::value v = field.value();
     if (key == "action") {
       std::string_view a;
-      if (auto e = v.get_string().get(a)) return err.Fail("action", e);
+      if (auto e = str.Value(v, &a)) return err.Fail("action", e);
       if (a.size() != 1) return err.Fail("unknown action \"" + std::string(a) + "\"");
       p->action = a[0];
     } else if (key == "xid") {
@@ -337,38 +378,38 @@ Status Wal2JsonDecoder::Parse(std::string_view json, Parsed* p) {
         p->xid = x;
       }
     } else if (key == "timestamp") {
-      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, "timestamp", &err, &p->timestamp));
+      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, "timestamp", &err, &str, &p->timestamp));
     } else if (key == "lsn" || key == "nextlsn") {
       std::optional<std::string_view> s;
-      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, key, &err, &s));
+      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, key, &err, &str, &s));
       if (s) {
         std::optional<Lsn> l = Lsn::Parse(*s);
         if (!l) return err.Fail("bad " + std::string(key) + " \"" + std::string(*s) + "\"");
         (key == "lsn" ? p->lsn : p->nextlsn) = *l;
       }
     } else if (key == "schema") {
-      if (auto e = v.get_string().get(p->schema)) return err.Fail("schema", e);
+      if (auto e = str.Value(v, &p->schema)) return err.Fail("schema", e);
       p->has_schema = true;
     } else if (key == "table") {
-      if (auto e = v.get_string().get(p->table)) return err.Fail("table", e);
+      if (auto e = str.Value(v, &p->table)) return err.Fail("table", e);
       p->has_table = true;
     } else if (key == "columns") {
-      WALRELAY_RETURN_IF_ERROR(ParseColumnArray(v, true, &err, &p->columns));
+      WALRELAY_RETURN_IF_ERROR(ParseColumnArray(v, true, &err, &str, &p->columns));
       p->has_columns = true;
     } else if (key == "identity") {
-      WALRELAY_RETURN_IF_ERROR(ParseColumnArray(v, true, &err, &p->identity));
+      WALRELAY_RETURN_IF_ERROR(ParseColumnArray(v, true, &err, &str, &p->identity));
       p->has_identity = true;
     } else if (key == "pk") {
-      WALRELAY_RETURN_IF_ERROR(ParseColumnArray(v, false, &err, &p->pk));
+      WALRELAY_RETURN_IF_ERROR(ParseColumnArray(v, false, &err, &str, &p->pk));
       p->has_pk = true;
     } else if (key == "transactional") {
       bool b;
       if (auto e = v.get_bool().get(b)) return err.Fail("transactional", e);
       p->transactional = b;
     } else if (key == "prefix") {
-      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, "prefix", &err, &p->prefix));
+      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, "prefix", &err, &str, &p->prefix));
     } else if (key == "content") {
-      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, "content", &err, &p->content));
+      WALRELAY_RETURN_IF_ERROR(ParseOptionalString(v, "content", &err, &str, &p->content));
     }
     // Other fields (e.g. "origin", "columnoptionals") are ignored.
   }
@@ -490,19 +531,19 @@ Status Wal2JsonDecoder::Build(const Parsed& p, std::vector<pgoutput::Message>* o
       auto same_type = [](const ColumnDesc& d, const ParsedColumn& c) {
         return d.type_oid == c.type_oid && d.type == c.type;
       };
-      // Positions of `cols` in `desc`, strictly increasing; empty optional if not a
-      // subsequence (by name and type).
-      auto positions =
-          [&](const std::vector<ColumnDesc>& desc,
-              const std::vector<ParsedColumn>& cols) -> std::optional<std::vector<size_t>> {
-        std::vector<size_t> pos;
+      // Positions of `cols` in `desc`, strictly increasing, into positions_; false if not
+      // a subsequence (by name and type).
+      std::vector<size_t>& pos = positions_;
+      auto positions = [&](const std::vector<ColumnDesc>& desc,
+                           const std::vector<ParsedColumn>& cols) {
+        pos.clear();
         size_t j = 0;
         for (const ParsedColumn& c : cols) {
           while (j < desc.size() && desc[j].name != c.name) ++j;
-          if (j == desc.size() || !same_type(desc[j], c)) return std::nullopt;
+          if (j == desc.size() || !same_type(desc[j], c)) return false;
           pos.push_back(j++);
         }
-        return pos;
+        return true;
       };
       auto keys_match = [&](const std::vector<ColumnDesc>& desc) {
         if (!p.has_pk) return true;
@@ -512,51 +553,53 @@ Status Wal2JsonDecoder::Build(const Parsed& p, std::vector<pgoutput::Message>* o
         return true;
       };
 
-      // The table description this change is read against.
-      std::vector<ColumnDesc> desc;
+      // The table description this change is read against: the known one, or `fresh`.
+      std::vector<ColumnDesc> fresh;
+      const std::vector<ColumnDesc>* chosen = &fresh;
       if (p.action == 'I' || p.action == 'U') {
         if (!p.has_columns) return fail("needs columns");
         const std::vector<ParsedColumn>& cols = p.columns;
         if (known != nullptr && keys_match(known->columns) &&
             (p.action == 'I'
                  ? known->columns.size() == cols.size() && positions(known->columns, cols)
-                 : positions(known->columns, cols).has_value())) {
-          desc = known->columns;
+                 : positions(known->columns, cols))) {
+          chosen = &known->columns;
         } else if (p.action == 'U' && p.identity.size() > cols.size() &&
                    positions(describe(p.identity), cols)) {
           // REPLICA IDENTITY FULL: the old tuple names every column, also the unchanged
           // TOASTed ones the new tuple omits.
-          desc = describe(p.identity);
+          fresh = describe(p.identity);
           with_relation = true;
         } else {
-          desc = describe(cols);
+          fresh = describe(cols);
           with_relation = true;
         }
       } else if (p.action == 'D') {
         if (!p.has_identity) return fail("needs identity");
         if (known != nullptr && keys_match(known->columns) &&
             positions(known->columns, p.identity)) {
-          desc = known->columns;
+          chosen = &known->columns;
         } else {
-          desc = describe(p.identity);
+          fresh = describe(p.identity);
           with_relation = true;
         }
       } else {  // 'T'
         if (known != nullptr) {
-          desc = known->columns;
+          chosen = &known->columns;
         } else {
           with_relation = true;  // a table never seen: describe it with no columns
         }
       }
 
+      const std::vector<ColumnDesc>& desc = *chosen;
+
       // The tuple of `cols` laid over `desc`: absent columns are `missing`.
       auto tuple = [&](const std::vector<ParsedColumn>& cols, char missing) -> Status {
-        auto pos = positions(desc, cols);
-        if (!pos) return fail("columns do not match the table");
+        if (!positions(desc, cols)) return fail("columns do not match the table");
         w.Int16(static_cast<uint16_t>(desc.size()));
         size_t k = 0;
         for (size_t i = 0; i < desc.size(); ++i) {
-          if (k < pos->size() && (*pos)[k] == i) {
+          if (k < pos.size() && pos[k] == i) {
             AppendColumnValue(cols[k], desc[i].type_oid == kByteaOid || desc[i].type == "bytea",
                               &w);
             ++k;
@@ -632,7 +675,7 @@ Status Wal2JsonDecoder::Build(const Parsed& p, std::vector<pgoutput::Message>* o
       out->push_back(std::move(m));
       if (with_relation) {
         TableState& t = tables_[key];
-        t.columns = std::move(desc);
+        t.columns = std::move(fresh);
         t.described = true;
       }
       return Status::Ok();

@@ -50,7 +50,9 @@
 // Padding: simdjson needs SIMDJSON_PADDING readable bytes after the document. Decode()
 // copies the input once into a buffer the decoder owns (grown, never shrunk) and parses it
 // through simdjson::padded_string_view with the On Demand API: one memcpy per document,
-// no allocation in steady state, and the caller's buffer needs no padding.
+// no allocation in steady state, and the caller's buffer needs no padding. Strings without
+// a backslash (keys, names, types, most values) are viewed in that copy; only escaped ones
+// are unescaped, into a second decoder-owned buffer.
 //
 // Errors: malformed JSON, a wrong type for a known field, an unknown action, or a missing
 // required field -> kDataLoss "wal2json: ... at offset N" (N = byte offset in the
@@ -131,11 +133,13 @@ class Wal2JsonDecoder {
 
   simdjson::ondemand::parser parser_;
   std::string padded_;               // input copy + SIMDJSON_PADDING
+  std::string unescaped_;            // strings with escapes, unescaped (see StringReader)
   std::array<std::string, 2> wire_;  // pgoutput wire bytes the returned messages view
   std::unordered_map<std::string, TableState> tables_;  // key: schema + '\0' + table
   std::unordered_map<std::string, pgoutput::Oid> oids_;
   std::unordered_set<pgoutput::Oid> used_oids_;
   std::unique_ptr<Parsed> parsed_;  // reused: its vectors keep their capacity
+  std::vector<size_t> positions_;   // Build's scratch: columns' places in a description
 };
 
 // "2026-12-02 13:36:11.467492+00" (timestamptz_to_str output, offset [+-]HH[:MM[:SS]]) to

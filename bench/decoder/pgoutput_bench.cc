@@ -1,5 +1,6 @@
 // Decoder throughput on a realistic outbox row: Insert messages with 9 columns and a
-// ~300-byte jsonb payload, as pgoutput sends them (text format).
+// ~300-byte jsonb payload, as pgoutput sends them (text format), and the same row as
+// wal2json format-version 2 sends it (one decoder for the whole run, as the relay uses it).
 //   build-decoder/bench/decoder/decoder_bench
 #include <benchmark/benchmark.h>
 
@@ -8,6 +9,7 @@
 
 #include "decoder/pgoutput.h"
 #include "decoder/transaction_assembler.h"
+#include "decoder/wal2json.h"
 #include "tests/decoder/wire_builder.h"
 
 namespace walrelay::pgoutput {
@@ -127,6 +129,54 @@ void BM_DecodeAndAssembleTransactions(benchmark::State& state) {
   state.SetItemsProcessed(items);
 }
 BENCHMARK(BM_DecodeAndAssembleTransactions);
+
+// The outbox row of OutboxInsert as wal2json writes it: the jsonb payload is a JSON string
+// of the document's text, so every quote in it is escaped.
+std::string Wal2JsonOutboxInsert(int i) {
+  std::string payload;
+  for (char c : Payload()) {
+    if (c == '"' || c == '\\') payload.push_back('\\');
+    payload.push_back(c);
+  }
+  auto column = [](const char* name, const char* type, int oid, const std::string& value) {
+    return std::string(R"({"name":")") + name + R"(","type":")" + type + R"(","typeoid":)" +
+           std::to_string(oid) + R"(,"value":)" + value + "}";
+  };
+  auto str = [](const std::string& s) { return '"' + s + '"'; };
+  return std::string(R"({"action":"I","xid":)") + std::to_string(700 + i / 1000) +
+         R"(,"timestamp":"2024-05-01 12:34:56.789012+00","lsn":"0/)" +
+         std::to_string(15000000 + i * 512) + R"(","schema":"public","table":"outbox","columns":[)" +
+         column("id", "uuid", 2950, str("6f1c2d3e-4b5a-4c7d-8e9f-" + std::to_string(100000000000 + i))) +
+         "," + column("aggregate_type", "text", 25, str("order")) + "," +
+         column("aggregate_id", "text", 25, str(std::to_string(1000000 + i))) + "," +
+         column("event_type", "text", 25, str("OrderPaid")) + "," +
+         column("payload", "jsonb", 3802, str(payload)) + "," +
+         column("headers", "jsonb", 3802, "null") + "," +
+         column("created_at", "timestamp with time zone", 1184,
+                str("2024-05-01 12:34:56.789012+00")) +
+         "," + column("trace_id", "text", 25, str("00-4bf92f3577b34da6a3ce929d0e0e4736-01")) +
+         "," + column("sequence", "bigint", 20, std::to_string(i)) +
+         R"(],"pk":[{"name":"id","type":"uuid","typeoid":2950}]})";
+}
+
+void BM_DecodeWal2JsonOutboxInsert(benchmark::State& state) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < 1000; ++i) docs.push_back(Wal2JsonOutboxInsert(i));
+  wal2json::Wal2JsonDecoder decoder;
+  std::vector<Message> out;
+  int64_t bytes = 0, items = 0;
+  for (auto _ : state) {
+    for (const std::string& d : docs) {
+      if (!decoder.Decode(d, &out).ok()) state.SkipWithError("decode failed");
+      benchmark::DoNotOptimize(out.data());
+      bytes += static_cast<int64_t>(d.size());
+    }
+    items += static_cast<int64_t>(docs.size());
+  }
+  state.SetBytesProcessed(bytes);
+  state.SetItemsProcessed(items);
+}
+BENCHMARK(BM_DecodeWal2JsonOutboxInsert);
 
 }  // namespace
 }  // namespace walrelay::pgoutput

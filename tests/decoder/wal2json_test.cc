@@ -197,6 +197,35 @@ TEST(Wal2Json, ViewsOutliveTheInput) {
   EXPECT_EQ(c[2].data, "héllo \"q\" 😀");
 }
 
+
+// Plain strings are read in place, escaped ones unescaped: a key or name written with
+// escapes means the same as written plainly, and both kinds of view stay valid together.
+TEST(Wal2Json, EscapedKeysAndNamesReadLikePlainOnes) {
+  Wal2JsonDecoder d;
+  std::vector<Message> out;
+  ASSERT_TRUE(
+      d.Decode(R"({"\u0061ction":"I","xid":1,"timestamp":"2026-12-02 13:36:11+00","lsn":"0/1",)"
+               R"("schema":"public","t\u0061ble":"t","columns":[)"
+               R"({"n\u0061me":"id","type":"integer","typeoid":23,"value":7},)"
+               R"({"name":"we\"ird","type":"text","typeoid":25,"val\u0075e":"a\\b"},)"
+               R"({"name":"plain","type":"text","typeoid":25,"value":"no escapes"}],)"
+               R"("pk":[{"name":"id","type":"integer","typeoid":23}]})",
+               &out)
+          .ok());
+  ASSERT_EQ(out.size(), 2u);
+  const auto& rel = std::get<pgoutput::Relation>(out[0]);
+  EXPECT_EQ(rel.relation_name, "t");
+  ASSERT_EQ(rel.columns.size(), 3u);
+  EXPECT_EQ(rel.columns[0].name, "id");
+  EXPECT_TRUE(rel.columns[0].is_key());
+  EXPECT_EQ(rel.columns[1].name, "we\"ird");
+  EXPECT_EQ(rel.columns[2].name, "plain");
+  const auto c = Cols(std::get<pgoutput::Insert>(out[1]).new_tuple);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].data, "7");
+  EXPECT_EQ(c[1].data, "a\\b");
+  EXPECT_EQ(c[2].data, "no escapes");
+}
 TEST(Wal2Json, FeedsTheAssembler) {
   Wal2JsonDecoder d;
   pgoutput::TransactionAssembler a;
