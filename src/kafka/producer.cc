@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <optional>
 
 namespace walrelay::kafka {
 
@@ -240,7 +241,8 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
     }
   }
 
-  const auto deadline = std::chrono::steady_clock::now() + queue_full_timeout_;
+  // The clock is read only once the queue is full (not per record).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   rd_kafka_resp_err_t err;
   for (;;) {
     // Ownership of hdrs passes to librdkafka only when producev succeeds.
@@ -252,10 +254,11 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
         RD_KAFKA_V_TIMESTAMP(timestamp_ms),
         RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(cookie))), RD_KAFKA_V_END);
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) break;
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (!deadline) deadline = now + queue_full_timeout_;
+    if (now >= *deadline) break;
     // Make room: serve delivery reports while librdkafka drains the queue.
-    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
+    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - now),
                          std::chrono::milliseconds(100));
     rd_kafka_poll(rk_, static_cast<int>(wait.count()) + 1);
     CheckFatal();
