@@ -11,22 +11,28 @@
 # 3. drains the backlog, over the unix socket and over TCP, with
 #      pg_recvlogical --start --no-loop -E END -o proto_version=1
 #                     -o publication_names=walrelay_outbox -P pgoutput -f /dev/null
-#    and with `walrelay run` into the dev broker (every event acked by Kafka, the LSN
-#    confirmed; the end is when the slot's confirmed_flush_lsn reaches END);
+#    with `walrelay record` into a file (walrelay's read path alone: libpq, the replication
+#    protocol and a buffered file write, no decoding and no Kafka: the row to hold against
+#    pg_recvlogical's), and with `walrelay run` into the dev broker (every event acked by
+#    Kafka, the LSN confirmed; the end is when the slot's confirmed_flush_lsn reaches END);
 # 4. records the backlog once (`walrelay record`) and replays it into the null sink and
 #    into the dev broker (`walrelay replay --json`).
 # Each drain runs twice: unpinned, and pinned (MODES="unpinned pinned"): the walsender on
 # CPU 0 (taskset once it shows up), the client under test and the dev broker on CPU 1, so
 # that on 2 cores neither client competes with the walsender for a core.
+# RUNS=3 repeats every drain three times (one slot per run, all holding the same backlog)
+# and reports the run with the median rate; every run's rate is printed too.
 # Prints rows/s, CPU seconds of each client and of its walsender (/proc/<pid>/stat of
 # pg_stat_replication.pid, sampled every 20 ms while it lives), the client's peak RSS,
 # and the walrelay / pg_recvlogical ratios.
 #
 # Env: BUILD (build dir with walrelay and walrelay-devbroker; default build-bench, built
 # when missing), WORK (default /tmp/walrelay-compare), PARTITIONS (default 16),
-# REPLAY (default 1), KEEP=1 keeps the cluster and files, PERF=1 runs walrelay under
-# `perf record -g` (every thread; $WORK/perf-<transport>.data, `perf report -i`): for
-# profiles only, its CPU figures then include perf's own.
+# REPLAY (default 1), RUNS (default 1), KEEP=1 keeps the cluster and files, PERF=1 runs
+# walrelay under `perf record --call-graph $PERF_CALLGRAPH` (default dwarf,8192; every
+# thread; $WORK/perf-<transport>-<mode>-<run>.data; `bench/profile_breakdown.py FILE
+# US_PER_EVENT` splits it by thread and owner): for profiles only, walrelay's CPU column
+# is then perf's process, not walrelay's (take US_PER_EVENT from a run without perf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -38,6 +44,9 @@ WORK=${WORK:-/tmp/walrelay-compare}
 PARTITIONS=${PARTITIONS:-16}
 REPLAY=${REPLAY:-1}
 MODES=${MODES:-unpinned pinned}
+RUNS=${RUNS:-1}
+PERF_CALLGRAPH=${PERF_CALLGRAPH:-dwarf,8192}
+CLIENTS="pg_recvlogical walrelay-read walrelay"
 WALRELAY=$ROOT/$BUILD/src/cli/walrelay
 DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
 CLK_TCK=$(getconf CLK_TCK)
@@ -66,7 +75,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" autovacuum=off max_wal_size=8GB \
+eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" autovacuum=off max_wal_size=8GB max_replication_slots=100 \
   checkpoint_timeout=30min shared_buffers=256MB)"
 DSN_unix="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
 DSN_tcp="host=127.0.0.1 port=$PGPORT user=walrelay dbname=postgres"
@@ -100,7 +109,9 @@ CREATE PUBLICATION walrelay_outbox FOR TABLE outbox;
 SQL
 SLOTS=""
 for m in $MODES; do
-  for t in unix tcp; do SLOTS="$SLOTS pgr_${t}_$m wr_${t}_$m"; done
+  for t in unix tcp; do
+    for r in $(seq 1 "$RUNS"); do SLOTS="$SLOTS pgr_${t}_${m}_$r rd_${t}_${m}_$r wr_${t}_${m}_$r"; done
+  done
 done
 [[ $REPLAY == 1 ]] && SLOTS="$SLOTS rec"
 for s in $SLOTS; do
@@ -183,18 +194,18 @@ client_pin() { [[ $1 == pinned ]] && echo "taskset -c 1" || true; }
 declare -A RATE CPU WSCPU RSS WALL BROKERCPU
 RESULT_LINES=()
 
-run_recvlogical() {  # transport mode
-  local t=$1 m=$2 dsn_var="DSN_$1" slot="pgr_$1_$2"
-  log "pg_recvlogical over $t ($m)"
+# time_client KEY SLOT TRANSPORT MODE COMMAND...: runs a client that ends by itself at END
+# under /usr/bin/time (CPU, max RSS), pinned per MODE, sampling its walsender's CPU.
+time_client() {
+  local key=$1 slot=$2 t=$3 m=$4
+  shift 4
   local t0 t1 ws ws_cpu="" c
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
-  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" $(client_pin "$m") \
-    pg_recvlogical -d "${!dsn_var}" -S "$slot" --start --no-loop -E "$END" \
-    -o proto_version=1 -o publication_names=walrelay_outbox -P pgoutput -f /dev/null \
+  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" $(client_pin "$m") "$@" \
     2>"$WORK/$slot.log" &
   local pid=$!
-  ws=$(walsender_of pg_recvlogical "$slot")
+  ws=$(walsender_of client "$slot")
   pin "$m" "$ws"
   while kill -0 "$pid" 2>/dev/null; do
     c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
@@ -203,7 +214,6 @@ run_recvlogical() {  # transport mode
   wait "$pid" || { cat "$WORK/$slot.log" >&2; exit 1; }
   t1=$(date +%s.%N)
   read -r _ user sys maxrss <"$WORK/time.$slot"
-  local key="pg_recvlogical/$t/$m"
   WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
   RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
   CPU[$key]=$(awk "BEGIN{printf \"%.2f\", $user+$sys}")
@@ -211,14 +221,32 @@ run_recvlogical() {  # transport mode
   RSS[$key]=$(awk "BEGIN{printf \"%.1f\", $maxrss/1024}")
 }
 
-run_walrelay() {  # transport mode
-  local t=$1 m=$2 dsn_var="DSN_$1" slot="wr_$1_$2"
-  log "walrelay run over $t ($m)"
+run_recvlogical() {  # transport mode run
+  local t=$1 m=$2 r=$3 dsn_var="DSN_$1" slot="pgr_$1_$2_$3"
+  log "pg_recvlogical over $t ($m, run $r)"
+  time_client "pg_recvlogical/$t/$m/$r" "$slot" "$t" "$m" \
+    pg_recvlogical -d "${!dsn_var}" -S "$slot" --start --no-loop -E "$END" \
+    -o proto_version=1 -o publication_names=walrelay_outbox -P pgoutput -f /dev/null
+}
+
+run_record() {  # transport mode run: walrelay's read path alone, into a file
+  local t=$1 m=$2 r=$3 dsn_var="DSN_$1" slot="rd_$1_$2_$3"
+  log "walrelay record over $t ($m, run $r)"
+  time_client "walrelay-read/$t/$m/$r" "$slot" "$t" "$m" \
+    "$WALRELAY" record --dsn "${!dsn_var}" --slot "$slot" --until-lsn "$END" \
+    -o "$WORK/read.wrr" -q
+  rm -f "$WORK/read.wrr"
+}
+
+run_walrelay() {  # transport mode run
+  local t=$1 m=$2 r=$3 dsn_var="DSN_$1" slot="wr_$1_$2_$3"
+  log "walrelay run over $t ($m, run $r)"
   local t0 t1 ws ws_cpu="" c cpu="" hwm="" confirmed broker0 broker1
   broker0=$(cpu_of "$BROKER_PID")
   t0=$(date +%s.%N)
   local perf=()
-  [[ ${PERF:-0} == 1 ]] && perf=(perf record -q -F 1999 -g -o "$WORK/perf-$t-$m.data" --)
+  [[ ${PERF:-0} == 1 ]] &&
+    perf=(perf record -q -F 999 --call-graph "$PERF_CALLGRAPH" -o "$WORK/perf-$t-$m-$r.data" --)
   # shellcheck disable=SC2046
   LD_PRELOAD=${WALRELAY_PRELOAD:-} $(client_pin "$m") "${perf[@]}" "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
     --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
@@ -237,7 +265,7 @@ run_walrelay() {  # transport mode
   cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid"); broker1=$(cpu_of "$BROKER_PID")
   c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
   kill -TERM "$pid"; wait "$pid" || true
-  local key="walrelay/$t/$m"
+  local key="walrelay/$t/$m/$r"
   WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
   RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
   CPU[$key]=$(ticks_s "$cpu")
@@ -249,8 +277,24 @@ run_walrelay() {  # transport mode
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for m in $MODES; do
   for t in unix tcp; do
-    run_recvlogical "$t" "$m"
-    run_walrelay "$t" "$m"
+    for r in $(seq 1 "$RUNS"); do
+      run_recvlogical "$t" "$m" "$r"
+      run_record "$t" "$m" "$r"
+      run_walrelay "$t" "$m" "$r"
+    done
+  done
+done
+
+# MED[client/transport/mode] = the key of the run with the median rate; RUNLIST its rates.
+declare -A MED RUNLIST
+for m in $MODES; do
+  for t in unix tcp; do
+    for c in $CLIENTS; do
+      best=$(for r in $(seq 1 "$RUNS"); do echo "${RATE[$c/$t/$m/$r]} $r"; done | sort -n |
+             awk '{a[NR]=$2} END {print a[int((NR+1)/2)]}')
+      MED[$c/$t/$m]="$c/$t/$m/$best"
+      RUNLIST[$c/$t/$m]=$(for r in $(seq 1 "$RUNS"); do printf '%s ' "${RATE[$c/$t/$m/$r]}"; done)
+    done
   done
 done
 pin unpinned ""
@@ -271,20 +315,25 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 echo
 echo "walrelay vs pg_recvlogical: $ROWS rows, $TX-row transactions, ~$PAYLOAD-byte payloads, PostgreSQL $PGVERSION"
 echo "machine: $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), load average before $LOAD_BEFORE, after $LOAD_AFTER"
+[[ $RUNS -gt 1 ]] && echo "each row: the run with the median rate of $RUNS"
 printf '%-31s %10s %9s %11s %14s %10s %12s\n' client rows/s wall_s client_cpu_s walsender_cpu_s peak_rss_MB devbroker_cpu_s
 for m in $MODES; do
   for t in unix tcp; do
-    for c in pg_recvlogical walrelay; do
-      k="$c/$t/$m"
+    for c in $CLIENTS; do
+      k=${MED[$c/$t/$m]}
       printf '%-31s %10s %9s %11s %14s %10s %12s\n' "$k" "${RATE[$k]}" "${WALL[$k]}" "${CPU[$k]}" "${WSCPU[$k]}" "${RSS[$k]}" "${BROKERCPU[$k]:--}"
     done
   done
 done
 for m in $MODES; do
   for t in unix tcp; do
-    awk -v t="$t ($m)" -v wr="${RATE[walrelay/$t/$m]}" -v pr="${RATE[pg_recvlogical/$t/$m]}" \
-        -v wc="${CPU[walrelay/$t/$m]}" -v pc="${CPU[pg_recvlogical/$t/$m]}" -v rows="$ROWS" \
-        'BEGIN{printf "ratio walrelay/pg_recvlogical over %s: rate %.3f, client CPU %.2f; walrelay CPU per event %.3f us, pg_recvlogical %.3f us\n", t, wr/pr, (pc>0?wc/pc:0), wc*1e6/rows, pc*1e6/rows}'
+    wr=${MED[walrelay/$t/$m]} rd=${MED[walrelay-read/$t/$m]} pr=${MED[pg_recvlogical/$t/$m]}
+    awk -v t="$t ($m)" -v wr="${RATE[$wr]}" -v pr="${RATE[$pr]}" -v wc="${CPU[$wr]}" \
+        -v pc="${CPU[$pr]}" -v rc="${CPU[$rd]}" -v rr="${RATE[$rd]}" -v rows="$ROWS" \
+        'BEGIN{printf "ratio walrelay/pg_recvlogical over %s: rate %.3f, client CPU %.2f; CPU per event: walrelay %.3f us, its read path alone %.3f us (rate %.3f), pg_recvlogical %.3f us\n", t, wr/pr, (pc>0?wc/pc:0), wc*1e6/rows, rc*1e6/rows, rr/pr, pc*1e6/rows}'
+    if [[ $RUNS -gt 1 ]]; then
+      for c in $CLIENTS; do echo "  rows/s of each run, $c over $t ($m): ${RUNLIST[$c/$t/$m]}"; done
+    fi
   done
 done
 if [[ $REPLAY == 1 ]]; then
