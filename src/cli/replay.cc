@@ -168,7 +168,12 @@ std::string JsonString(std::string_view s) {
 const std::set<std::string>& ReplayKeys() {
   static const std::set<std::string> keys = {"source.tables",
                                              "source.message_prefix",
+                                             "outbox.profile",
                                              "outbox.columns",
+                                             "outbox.headers",
+                                             "outbox.key_format",
+                                             "outbox.value_format",
+                                             "outbox.allowed_topics",
                                              "outbox.topic_template",
                                              "kafka.bootstrap_servers",
                                              "kafka.embedded",

@@ -231,6 +231,19 @@ TEST(RecordReplayTest, RecordsAndReplaysATinyStream) {
   EXPECT_NE(out.find("\"cpu_us_per_event\":"), std::string::npos) << out;
   EXPECT_NE(out.find("\"peak_rss_bytes\":"), std::string::npos) << out;
 
+  // A replay maps like `walrelay run` with the same mapping options: here an allow-list no
+  // topic of the stream is on dead-letters every event, and the header names are taken.
+  auto rep_mapped = Subprocess::Start(
+      {WALRELAY_BINARY, "replay", file, "--sink", "null", "--json", "--outbox-allowed-topic",
+       "outbox.elsewhere", "--outbox-header", "event_type=", "--outbox-profile", "walrelay",
+       "--outbox-key-format", "raw", "--outbox-value-format", "raw"},
+      replay_log);
+  ASSERT_TRUE(rep_mapped.ok()) << rep_mapped.status().ToString();
+  ASSERT_EQ(rep_mapped->Wait(60s), 0) << rep_mapped->LogTail();
+  const std::string mapped = testing::ReadFile(replay_log);
+  EXPECT_NE(mapped.find("\"events\":500,"), std::string::npos) << mapped;
+  EXPECT_NE(mapped.find("\"dead_letters\":500,"), std::string::npos) << mapped;
+
   // The same stream from a wal2json slot replays to the same events.
   auto recj = Subprocess::Start({WALRELAY_BINARY, "record", "--dsn", c.conninfo(), "-o", file,
                                  "--slot", "recj", "--plugin", "wal2json", "--until-lsn", *end},
