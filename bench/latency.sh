@@ -12,8 +12,9 @@
 # and the dev broker on CPU 1; MODE=unpinned leaves the scheduler alone. Prints, per
 # profile: the rate pgbench reached, the commit-to-ack latency percentiles p50, p99 and
 # p99.9 (the upper bound of the walrelay_commit_to_ack_latency_seconds bucket holding that
-# rank: buckets are 1, 2, 4, 8, ... ms, so "<= 8 ms" means between 4 and 8), the relay's
-# CPU per event and its peak RSS.
+# rank: buckets are 1, 2, 4, 8, ... ms, so "<= 8 ms" means between 4 and 8; in brackets the
+# linear interpolation inside the bucket, as Prometheus' histogram_quantile gives it), the
+# relay's CPU per event and its peak RSS.
 #
 # Env: BUILD (default build-bench, built when missing), WORK (default /tmp/walrelay-latency),
 # LINGERS, SECONDS_RUN (default 20), CLIENTS (default 4), MODE, METRICS_PORT (default
@@ -48,11 +49,19 @@ VALUES ('payment', 'w' || (random() * 1000)::int, 'PaymentCaptured',
         '{"amount": 100, "currency": "EUR", "note": "latency benchmark"}');
 SQL
 
-percentile() {  # FILE RANK: the upper bound (ms) of the first bucket whose count >= RANK
+percentile() {  # FILE RANK: "<= B (~E)": B the upper bound (ms) of the first bucket whose
+  # count >= RANK, E the linear interpolation inside that bucket (what Prometheus'
+  # histogram_quantile reports on a dashboard)
   awk -v rank="$2" '
     /^walrelay_commit_to_ack_latency_seconds_bucket/ {
       match($0, /le="[^"]+"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-      if ($NF + 0 >= rank) { if (le == "+Inf") print "> 1000"; else printf "<= %g\n", le * 1000; exit }
+      n = $NF + 0
+      if (n >= rank) {
+        if (le == "+Inf") { print "> " prev * 1000; exit }
+        est = prev + (le - prev) * (n > prevn ? (rank - prevn) / (n - prevn) : 1)
+        printf "<= %g (~%.1f)\n", le * 1000, est * 1000; exit
+      }
+      prev = le; prevn = n
     }' "$1"
 }
 

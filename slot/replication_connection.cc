@@ -257,16 +257,23 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     wake = std::min(wake, *deadline);
     const auto wait_ms =
         std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wake - now).count());
-    pollfd pfd{};
+    pollfd fds[2] = {};
+    pollfd& pfd = fds[0];
     pfd.fd = PQsocket(conn_.get());
     pfd.events = static_cast<short>(POLLIN | (flush == 1 ? POLLOUT : 0));
-    const int pr = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(wait_ms, 1 << 30)));
+    fds[1].fd = wake_fd_;  // a negative fd is ignored by poll()
+    fds[1].events = POLLIN;
+    const int pr = ::poll(fds, wake_fd_ >= 0 ? 2 : 1,
+                          static_cast<int>(std::min<int64_t>(wait_ms, 1 << 30)));
     if (pr < 0) {
       const int e = errno;
       if (e == EINTR) continue;
       return UnavailableError(context() + ": poll: " + std::strerror(e));
     }
     if (pr == 0) continue;  // the deadline, or a liveness check, is due
+    if (!(pfd.revents & (POLLIN | POLLERR | POLLHUP)) && (fds[1].revents & POLLIN)) {
+      return Frame{};  // woken (e.g. delivery reports to serve), nothing from the server
+    }
     if (pfd.revents & (POLLIN | POLLERR | POLLHUP)) {
       if (PQconsumeInput(conn_.get()) == 0) {
         streaming_ = false;

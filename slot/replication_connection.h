@@ -90,6 +90,12 @@ class FrameSource {
   virtual Result<Frame> Read(std::chrono::milliseconds timeout) = 0;
   // Reports the positions written, flushed (durable: safe to forget) and applied.
   virtual Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested) = 0;
+  // A descriptor that ends a waiting Read() early, with a kTimeout frame, once it is
+  // readable and nothing arrived from the server (the relay passes the Kafka producer's
+  // delivery-report descriptor, so acks are served at once rather than after the wait).
+  // -1: none. The caller drains it and keeps it open while it is set. Sources that never
+  // wait (recordings) may ignore it.
+  virtual void SetWakeFd(int /*fd*/) {}
 };
 
 class ReplicationConnection : public FrameSource {
@@ -142,6 +148,7 @@ class ReplicationConnection : public FrameSource {
   // socket takes without blocking. kUnavailable if the connection is broken.
   // REQUIRES: streaming().
   Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested = false) override;
+  void SetWakeFd(int fd) override { wake_fd_ = fd; }
 
   // Ends COPY (CopyDone), drains the server's remaining output and closes the
   // connection. Idempotent. After Close, only the destructor may be called.
@@ -172,6 +179,7 @@ class ReplicationConnection : public FrameSource {
   StandbyStatusUpdate last_status_{};  // repeated by the reply request
   char* copy_buf_ = nullptr;           // libpq-allocated; backs the last Frame's xlog.data
   bool streaming_ = false;
+  int wake_fd_ = -1;  // SetWakeFd
   std::string slot_;  // slot being streamed, for messages
 };
 

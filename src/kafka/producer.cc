@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <librdkafka/rdkafka.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -202,6 +204,15 @@ Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
     rd_kafka_conf_destroy(conf);
     return InvalidArgumentError(fmt::format("kafka producer: {}", errstr));
   }
+  // librdkafka writes the 8-byte payload to the eventfd whenever its main queue (delivery
+  // reports, errors) goes from empty to non-empty.
+  producer->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (producer->wake_fd_ >= 0) {
+    static const uint64_t kOne = 1;
+    rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(producer->rk_);
+    rd_kafka_queue_io_event_enable(main_queue, producer->wake_fd_, &kOne, sizeof kOne);
+    rd_kafka_queue_destroy(main_queue);
+  }
   return producer;
 }
 
@@ -210,6 +221,7 @@ Producer::~Producer() {
   rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
   for (auto& [name, rkt] : topics_) rd_kafka_topic_destroy(rkt);
   rd_kafka_destroy(rk_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);  // after librdkafka's last write to it
 }
 
 Result<rd_kafka_topic_t*> Producer::Topic(std::string_view name) {
@@ -458,6 +470,11 @@ void Producer::Stop(Status why, bool serve_purged) {
 }
 
 int Producer::Poll(std::chrono::milliseconds timeout) {
+  if (wake_fd_ >= 0) {  // drain first: an event queued after this writes it again
+    uint64_t count;
+    while (::read(wake_fd_, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
+    }
+  }
   int served = rd_kafka_poll(rk_, static_cast<int>(timeout.count()));
   CheckFatal();
   return served;

@@ -155,6 +155,12 @@ class Producer {
   // Returns the number of events served. Detects a fatal error (see fatal()).
   int Poll(std::chrono::milliseconds timeout);
 
+  // A descriptor (eventfd) that becomes readable when reports or errors wait for Poll():
+  // for a caller that sleeps in its own poll() on other sockets and wants to serve acks
+  // at once. Poll() drains it. Owned by the Producer; -1 if it could not be made (then
+  // poll on a timeout as before).
+  int wake_fd() const { return wake_fd_; }
+
   // Waits until every enqueued record has its delivery report (served to the callback).
   // kDeadlineExceeded when records remain after `timeout`.
   Status Flush(std::chrono::milliseconds timeout);
@@ -205,6 +211,7 @@ class Producer {
   void HandleError(int err, const char* reason);
 
   rd_kafka_t* rk_ = nullptr;
+  int wake_fd_ = -1;  // eventfd written by librdkafka when its main queue gets an event
   DeliveryCallback on_delivery_;
   std::function<void(const Status&)> on_client_error_;
   std::chrono::milliseconds queue_full_timeout_;

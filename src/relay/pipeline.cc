@@ -481,6 +481,15 @@ Status Pipeline::HandleFrame(const slot::Frame& frame, bool* ended) {
 }
 
 Status Pipeline::Run(const std::atomic<bool>& stop) {
+  // Waits for the database also end when the sink has acks to serve (its wake fd); without
+  // one, a wait with events in flight lasts at most 1 ms so that acks are not held up.
+  const int wake_fd = sink_.WakeFd();
+  source_.SetWakeFd(wake_fd);
+  struct ClearWake {
+    slot::FrameSource& source;
+    ~ClearWake() { source.SetWakeFd(-1); }
+  } clear_wake{source_};
+  const milliseconds in_flight_wait(wake_fd >= 0 ? 100 : 1);
   while (!stop.load(std::memory_order_relaxed)) {
     if (options_.tick && Clock::now() >= next_tick_) {
       WALRELAY_RETURN_IF_ERROR(options_.tick());
@@ -502,8 +511,11 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
       sink_.Poll(milliseconds(5));
       continue;
     }
-    auto wait = std::chrono::duration_cast<milliseconds>(next_status_ - Clock::now());
-    wait = std::clamp(wait, milliseconds(0), milliseconds(tracker_.InFlightEvents() ? 1 : 100));
+    // Rounded up: truncated, the last fraction of a millisecond before a status update
+    // became Read(0) calls in a busy loop.
+    auto wait = std::chrono::ceil<milliseconds>(next_status_ - Clock::now());
+    wait = std::clamp(wait, milliseconds(0),
+                      tracker_.InFlightEvents() ? in_flight_wait : milliseconds(100));
     WALRELAY_ASSIGN_OR_RETURN(slot::Frame frame, source_.Read(wait));
     // Then what the source already holds, up to kBurst frames, without the per-iteration
     // work above (delivery reports, clock reads, status checks): it is amortised over the

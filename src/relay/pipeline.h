@@ -65,6 +65,10 @@ class RecordSink {
   // Whether `topic` can take records: kNotFound / kPermissionDenied are the topic's own
   // fault (see TopicErrors); anything else means "produce and see".
   virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
+  // A descriptor that is readable when Poll() has reports to serve (Poll drains it), or
+  // -1. The pipeline hands it to the frame source, so that a wait for the database ends
+  // when an ack arrives instead of polling the sink every millisecond.
+  virtual int WakeFd() const { return -1; }
 };
 
 // Sets a delivery handler on a sink for this object's lifetime and clears it on every way
@@ -99,6 +103,7 @@ class KafkaSink : public RecordSink {
   Status CheckTopic(std::string_view topic) override {
     return producer_->CheckTopic(topic, std::chrono::seconds(5));
   }
+  int WakeFd() const override { return producer_->wake_fd(); }
   kafka::Producer& producer() { return *producer_; }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
+#include <poll.h>
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -116,6 +117,27 @@ TEST_F(ProducerTest, ProducesWithKeysAndHeadersAndConsumesBackInKeyOrder) {
     EXPECT_EQ(r.headers[1].second, "OrderPlaced");
   }
   EXPECT_EQ(last_seq.size(), size_t{kKeys});
+}
+
+// wake_fd(): readable once a delivery report waits to be served, drained by Poll(), so a
+// caller sleeping in its own poll() on other sockets wakes for acks.
+TEST_F(ProducerTest, WakeDescriptorIsReadableWhileReportsWait) {
+  ASSERT_TRUE(cluster_->CreateTopic("wake", 1).ok());
+  auto p = MakeProducer();
+  ASSERT_NE(p, nullptr);
+  const int fd = p->wake_fd();
+  ASSERT_GE(fd, 0);
+  p->Poll(0ms);
+  pollfd pfd{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0) << "readable with nothing to serve";
+  ASSERT_TRUE(p->Produce("wake", "k", "v", {}, 1).ok());
+  pfd.revents = 0;
+  ASSERT_EQ(::poll(&pfd, 1, 10000), 1) << "no wake-up for the delivery report";
+  EXPECT_EQ(reports_.total, 0u) << "the report waits for Poll()";
+  EXPECT_GE(p->Poll(0ms), 1);
+  EXPECT_EQ(reports_.total, 1u);
+  pfd.revents = 0;
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0) << "Poll() left the descriptor readable";
 }
 
 TEST_F(ProducerTest, EnforcedPropertiesCannotBeWeakened) {

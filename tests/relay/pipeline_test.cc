@@ -1,10 +1,15 @@
 // The Pipeline against streams a correct walsender never sends: what it refuses and what
-// it then confirms (nothing past the last good transaction).
+// it then confirms (nothing past the last good transaction); and how it waits for the
+// database while Kafka holds its events.
 #include <gtest/gtest.h>
+#include <poll.h>
 
+#include <atomic>
+#include <thread>
 #include <string>
 #include <vector>
 
+#include "src/kafka/mock_cluster.h"
 #include "src/relay/dead_letter.h"
 #include "src/relay/pipeline.h"
 #include "tests/relay/pipeline_test_util.h"
@@ -79,6 +84,100 @@ TEST(PipelineTest, CommitClaimingWalPastItsFrameIsRefusedAndNotConfirmed) {
             std::string::npos)
       << st.message();
   for (Lsn flush : corrupt.flushes) EXPECT_EQ(flush, Lsn()) << "confirmed a corrupt commit";
+}
+
+// Hands out the frames the test released, then behaves as an idle walsender socket: waits
+// the whole timeout unless the wake descriptor (SetWakeFd) becomes readable. Counts reads
+// and keeps the last flush position sent; thread-safe for the test thread's looks.
+class IdleSource : public slot::FrameSource {
+ public:
+  explicit IdleSource(std::vector<std::pair<uint64_t, std::string>> frames)
+      : frames_(std::move(frames)) {}
+  Result<slot::Frame> Read(std::chrono::milliseconds timeout) override {
+    reads.fetch_add(1);
+    if (next_ < released.load()) {
+      const auto& [lsn, bytes] = frames_[next_++];
+      return testing::XLogFrame(Lsn(lsn), bytes);
+    }
+    pollfd pfd{wake_fd_.load(), POLLIN, 0};
+    ::poll(&pfd, pfd.fd >= 0 ? 1 : 0, static_cast<int>(timeout.count()));
+    return slot::Frame{};
+  }
+  Status SendStatus(Lsn, Lsn flush, Lsn, bool) override {
+    flushed.store(flush.value);
+    return Status::Ok();
+  }
+  void SetWakeFd(int fd) override { wake_fd_.store(fd); }
+
+  std::atomic<size_t> released{0};
+  std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> flushed{0};
+  int wake_fd() const { return wake_fd_.load(); }
+
+ private:
+  std::vector<std::pair<uint64_t, std::string>> frames_;
+  size_t next_ = 0;
+  std::atomic<int> wake_fd_{-1};
+};
+
+// While Kafka holds an event (every broker down), an idle relay sleeps on the database
+// socket and the producer's wake descriptor instead of polling every millisecond (it did:
+// about 1,000 wake-ups a second for as long as the outage lasted), and it still sees the
+// ack at once when the brokers return.
+TEST(PipelineTest, WaitingOnKafkaSleepsUntilAnAckArrives) {
+  auto cluster = kafka::MockCluster::Create(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  ASSERT_TRUE((*cluster)->CreateTopic("outbox.payment", 1).ok());
+  kafka::ProducerOptions popts;
+  popts.properties.emplace_back("bootstrap.servers", (*cluster)->bootstraps());
+  auto sink = KafkaSink::Create(popts);
+  ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+
+  std::vector<std::pair<uint64_t, std::string>> frames = OneEventTransaction(0x1200, 0x1230, 0x1230);
+  for (auto& f : OneEventTransaction(0x2200, 0x2230, 0x2230)) {
+    if (f.first == 0x1000) f.first = 0x2200;
+    frames.push_back(f);
+  }
+  IdleSource source(frames);
+  RelayConfig config;
+  config.shutdown_timeout = std::chrono::milliseconds(0);
+  RelayStats stats;
+  LoggingDeadLetterSink dead_letters;
+  Pipeline::Options options;
+  options.status_interval = std::chrono::milliseconds(20);
+  Pipeline pipeline(config, stats, source, **sink, dead_letters, options);
+  std::atomic<bool> stop{false};
+  Status result;
+  std::thread runner([&] { result = pipeline.Run(stop); });
+  auto wait_flushed = [&](uint64_t lsn) {
+    for (int i = 0; i < 3000 && source.flushed.load() < lsn; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return source.flushed.load() >= lsn;
+  };
+
+  source.released.store(4);  // the first transaction, acked by a live broker
+  EXPECT_TRUE(wait_flushed(0x1230));
+  EXPECT_GE(source.wake_fd(), 0) << "the Kafka sink gives the source its wake descriptor";
+
+  ASSERT_TRUE((*cluster)->SetAllBrokersDown().ok());
+  source.released.store(8);  // the second one waits for Kafka
+  for (int i = 0; i < 500 && stats.in_flight_events.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(stats.in_flight_events.load(), 1u);
+  const uint64_t reads_before = source.reads.load();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const uint64_t reads_in_a_second = source.reads.load() - reads_before;
+  EXPECT_LE(reads_in_a_second, 60u) << "the relay polled instead of sleeping";
+  EXPECT_EQ(source.flushed.load(), 0x1230u) << "nothing unacked is confirmed";
+
+  ASSERT_TRUE((*cluster)->SetAllBrokersUp().ok());
+  EXPECT_TRUE(wait_flushed(0x2230));
+  stop.store(true);
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(source.wake_fd(), -1) << "the descriptor is taken back when the session ends";
 }
 
 }  // namespace

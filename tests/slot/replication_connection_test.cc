@@ -2,7 +2,9 @@
 // Payloads are checked only by their pgoutput message type byte; decoding is decoder/'s.
 #include "slot/replication_connection.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -354,6 +356,45 @@ TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForARepl
       "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'idle_slot'");
   ASSERT_TRUE(confirmed.ok()) << confirmed.status().ToString();
   EXPECT_EQ(Lsn::Parse(*confirmed).value_or(Lsn()), server_end);
+  EXPECT_TRUE((*conn)->Close().ok());
+}
+
+// SetWakeFd: a Read() waiting on an idle stream ends when the wake descriptor becomes
+// readable (the relay's producer has acks to serve), not at the end of its timeout.
+TEST(ReplicationConnectionWakeTest, WaitingReadEndsWhenTheWakeDescriptorIsReadable) {
+  auto cluster = TestCluster::Start();
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  ASSERT_TRUE((*cluster)
+                  ->Exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR "
+                         "TABLE t")
+                  .ok());
+  auto conn = ReplicationConnection::Connect((*cluster)->replication_conninfo());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  ASSERT_TRUE((*conn)->CreateLogicalSlot("wake_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE((*conn)->StartLogical("wake_slot", Lsn(), kPgoutputOptions).ok());
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+  (*conn)->SetWakeFd(fds[0]);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    ASSERT_EQ(::write(fds[1], "x", 1), 1);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Result<Frame> f = Frame{};
+  // Keepalives may come first; the wake ends the first wait with nothing to read.
+  while (f.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    f = (*conn)->Read(std::chrono::seconds(30));
+    if (f.ok() && f->kind == Frame::Kind::kTimeout) break;
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  writer.join();
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->kind, Frame::Kind::kTimeout);
+  EXPECT_LT(waited, std::chrono::seconds(10)) << "the wait ran to its timeout";
+  EXPECT_GE(waited, milliseconds(250));
+  (*conn)->SetWakeFd(-1);
+  ::close(fds[0]);
+  ::close(fds[1]);
   EXPECT_TRUE((*conn)->Close().ok());
 }
 
