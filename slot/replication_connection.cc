@@ -263,8 +263,8 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     pfd.events = static_cast<short>(POLLIN | (flush == 1 ? POLLOUT : 0));
     fds[1].fd = wake_fd_;  // a negative fd is ignored by poll()
     fds[1].events = POLLIN;
-    const int pr = ::poll(fds, wake_fd_ >= 0 ? 2 : 1,
-                          static_cast<int>(std::min<int64_t>(wait_ms, 1 << 30)));
+    const int pr =
+        ::poll(fds, wake_fd_ >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(wait_ms, 1 << 30)));
     if (pr < 0) {
       const int e = errno;
       if (e == EINTR) continue;

@@ -145,8 +145,10 @@ std::string Wal2JsonOutboxInsert(int i) {
   auto str = [](const std::string& s) { return '"' + s + '"'; };
   return std::string(R"({"action":"I","xid":)") + std::to_string(700 + i / 1000) +
          R"(,"timestamp":"2024-05-01 12:34:56.789012+00","lsn":"0/)" +
-         std::to_string(15000000 + i * 512) + R"(","schema":"public","table":"outbox","columns":[)" +
-         column("id", "uuid", 2950, str("6f1c2d3e-4b5a-4c7d-8e9f-" + std::to_string(100000000000 + i))) +
+         std::to_string(15000000 + i * 512) +
+         R"(","schema":"public","table":"outbox","columns":[)" +
+         column("id", "uuid", 2950,
+                str("6f1c2d3e-4b5a-4c7d-8e9f-" + std::to_string(100000000000 + i))) +
          "," + column("aggregate_type", "text", 25, str("order")) + "," +
          column("aggregate_id", "text", 25, str(std::to_string(1000000 + i))) + "," +
          column("event_type", "text", 25, str("OrderPaid")) + "," +
@@ -154,8 +156,8 @@ std::string Wal2JsonOutboxInsert(int i) {
          column("headers", "jsonb", 3802, "null") + "," +
          column("created_at", "timestamp with time zone", 1184,
                 str("2024-05-01 12:34:56.789012+00")) +
-         "," + column("trace_id", "text", 25, str("00-4bf92f3577b34da6a3ce929d0e0e4736-01")) +
-         "," + column("sequence", "bigint", 20, std::to_string(i)) +
+         "," + column("trace_id", "text", 25, str("00-4bf92f3577b34da6a3ce929d0e0e4736-01")) + "," +
+         column("sequence", "bigint", 20, std::to_string(i)) +
          R"(],"pk":[{"name":"id","type":"uuid","typeoid":2950}]})";
 }
 

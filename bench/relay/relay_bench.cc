@@ -334,8 +334,9 @@ void BM_ProduceToMockCluster(benchmark::State& state) {
     for (int i = 0; i < kBatch; ++i) {
       const size_t k = static_cast<size_t>(i) & 1023;
       // position outlives Produce(): headers hold views.
-      const std::string position = "lsn=0/230D4D70;ordinal=" + std::to_string(i) +
-                                   ";xid=123456;commit_time_us=1764680000000000;source=public.outbox";
+      const std::string position =
+          "lsn=0/230D4D70;ordinal=" + std::to_string(i) +
+          ";xid=123456;commit_time_us=1764680000000000;source=public.outbox";
       const kafka::Header all[] = {{"event_id", ids[k]},
                                    {"event_type", "OrderPaid"},
                                    {"aggregate_type", "order"},

@@ -1,17 +1,18 @@
 // The Pipeline against streams a correct walsender never sends: what it refuses and what
 // it then confirms (nothing past the last good transaction); and how it waits for the
 // database while Kafka holds its events.
+#include "src/relay/pipeline.h"
+
 #include <gtest/gtest.h>
 #include <poll.h>
 
 #include <atomic>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/kafka/mock_cluster.h"
 #include "src/relay/dead_letter.h"
-#include "src/relay/pipeline.h"
 #include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {
@@ -133,7 +134,8 @@ TEST(PipelineTest, WaitingOnKafkaSleepsUntilAnAckArrives) {
   auto sink = KafkaSink::Create(popts);
   ASSERT_TRUE(sink.ok()) << sink.status().ToString();
 
-  std::vector<std::pair<uint64_t, std::string>> frames = OneEventTransaction(0x1200, 0x1230, 0x1230);
+  std::vector<std::pair<uint64_t, std::string>> frames =
+      OneEventTransaction(0x1200, 0x1230, 0x1230);
   for (auto& f : OneEventTransaction(0x2200, 0x2230, 0x2230)) {
     if (f.first == 0x1000) f.first = 0x2200;
     frames.push_back(f);

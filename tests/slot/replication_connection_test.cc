@@ -311,28 +311,35 @@ TEST_F(ReplicationConnectionTest, UnreachableServerIsUnavailable) {
   EXPECT_EQ(conn.status().code(), StatusCode::kUnavailable) << conn.status().ToString();
 }
 
+// Creates table t and publication p on the cluster, then opens a replication connection
+// (null, with the failure reported, if it cannot).
+std::unique_ptr<ReplicationConnection> ConnectWithPublication(TestCluster& cluster) {
+  Status ddl =
+      cluster.Exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+  EXPECT_TRUE(ddl.ok()) << ddl.ToString();
+  auto conn = ReplicationConnection::Connect(cluster.replication_conninfo());
+  EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+  return ddl.ok() && conn.ok() ? std::move(*conn) : nullptr;
+}
+
 TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForAReply) {
   auto cluster = TestCluster::Start({.settings = {"wal_sender_timeout=2s"}});
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  ASSERT_TRUE((*cluster)
-                  ->Exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR "
-                         "TABLE t")
-                  .ok());
-  auto conn = ReplicationConnection::Connect((*cluster)->replication_conninfo());
-  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
-  auto timeout = (*conn)->WalSenderTimeout();
+  auto conn = ConnectWithPublication(**cluster);
+  ASSERT_NE(conn, nullptr);
+  auto timeout = conn->WalSenderTimeout();
   ASSERT_TRUE(timeout.ok()) << timeout.status().ToString();
   EXPECT_EQ(*timeout, milliseconds(2000));
   EXPECT_EQ(StatusInterval(*timeout), milliseconds(1000));
-  ASSERT_TRUE((*conn)->CreateLogicalSlot("idle_slot", "pgoutput", /*temporary=*/true).ok());
-  ASSERT_TRUE((*conn)->StartLogical("idle_slot", Lsn(), kPgoutputOptions).ok());
+  ASSERT_TRUE(conn->CreateLogicalSlot("idle_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE(conn->StartLogical("idle_slot", Lsn(), kPgoutputOptions).ok());
 
   // Send nothing: the server must ask for a reply before the timeout.
   bool asked = false;
   Lsn server_end;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!asked && std::chrono::steady_clock::now() < deadline) {
-    auto f = (*conn)->Read(milliseconds(500));
+    auto f = conn->Read(milliseconds(500));
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     if (f->kind == Frame::Kind::kKeepalive) {
       server_end = f->keepalive.wal_end;
@@ -346,8 +353,8 @@ TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForARepl
   // timeout, and an idle slot's confirmed position follows the server.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < until) {
-    ASSERT_TRUE((*conn)->SendStatus(server_end, server_end, server_end).ok());
-    auto f = (*conn)->Read(StatusInterval(*timeout));
+    ASSERT_TRUE(conn->SendStatus(server_end, server_end, server_end).ok());
+    auto f = conn->Read(StatusInterval(*timeout));
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     ASSERT_NE(f->kind, Frame::Kind::kEndOfStream);
     if (f->kind == Frame::Kind::kKeepalive) server_end = f->keepalive.wal_end;
@@ -356,7 +363,7 @@ TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForARepl
       "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'idle_slot'");
   ASSERT_TRUE(confirmed.ok()) << confirmed.status().ToString();
   EXPECT_EQ(Lsn::Parse(*confirmed).value_or(Lsn()), server_end);
-  EXPECT_TRUE((*conn)->Close().ok());
+  EXPECT_TRUE(conn->Close().ok());
 }
 
 // SetWakeFd: a Read() waiting on an idle stream ends when the wake descriptor becomes
@@ -364,17 +371,13 @@ TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForARepl
 TEST(ReplicationConnectionWakeTest, WaitingReadEndsWhenTheWakeDescriptorIsReadable) {
   auto cluster = TestCluster::Start();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  ASSERT_TRUE((*cluster)
-                  ->Exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR "
-                         "TABLE t")
-                  .ok());
-  auto conn = ReplicationConnection::Connect((*cluster)->replication_conninfo());
-  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
-  ASSERT_TRUE((*conn)->CreateLogicalSlot("wake_slot", "pgoutput", /*temporary=*/true).ok());
-  ASSERT_TRUE((*conn)->StartLogical("wake_slot", Lsn(), kPgoutputOptions).ok());
+  auto conn = ConnectWithPublication(**cluster);
+  ASSERT_NE(conn, nullptr);
+  ASSERT_TRUE(conn->CreateLogicalSlot("wake_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE(conn->StartLogical("wake_slot", Lsn(), kPgoutputOptions).ok());
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
-  (*conn)->SetWakeFd(fds[0]);
+  conn->SetWakeFd(fds[0]);
   std::thread writer([&] {
     std::this_thread::sleep_for(milliseconds(300));
     ASSERT_EQ(::write(fds[1], "x", 1), 1);
@@ -383,7 +386,7 @@ TEST(ReplicationConnectionWakeTest, WaitingReadEndsWhenTheWakeDescriptorIsReadab
   Result<Frame> f = Frame{};
   // Keepalives may come first; the wake ends the first wait with nothing to read.
   while (f.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-    f = (*conn)->Read(std::chrono::seconds(30));
+    f = conn->Read(std::chrono::seconds(30));
     if (f.ok() && f->kind == Frame::Kind::kTimeout) break;
   }
   const auto waited = std::chrono::steady_clock::now() - start;
@@ -392,10 +395,10 @@ TEST(ReplicationConnectionWakeTest, WaitingReadEndsWhenTheWakeDescriptorIsReadab
   EXPECT_EQ(f->kind, Frame::Kind::kTimeout);
   EXPECT_LT(waited, std::chrono::seconds(10)) << "the wait ran to its timeout";
   EXPECT_GE(waited, milliseconds(250));
-  (*conn)->SetWakeFd(-1);
+  conn->SetWakeFd(-1);
   ::close(fds[0]);
   ::close(fds[1]);
-  EXPECT_TRUE((*conn)->Close().ok());
+  EXPECT_TRUE(conn->Close().ok());
 }
 
 TEST(ReplicationConnectionWalLevelTest, WalLevelReplicaIsFailedPrecondition) {
