@@ -47,42 +47,19 @@ MODES=${MODES:-unpinned pinned}
 RUNS=${RUNS:-1}
 PERF_CALLGRAPH=${PERF_CALLGRAPH:-dwarf,8192}
 CLIENTS="pg_recvlogical walrelay-read walrelay"
-WALRELAY=$ROOT/$BUILD/src/cli/walrelay
-DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
-CLK_TCK=$(getconf CLK_TCK)
+BENCH_NAME=compare
+DEVBROKER_TOPIC=outbox.payment:$PARTITIONS
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_build
+bench_start autovacuum=off max_replication_slots=100
+DSN_unix=$DSN
+# shellcheck disable=SC2034  # read as ${!dsn_var}
+DSN_tcp=$DSN_TCP
 
-log() { printf '[compare %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-if [[ ! -x $WALRELAY || ! -x $DEVBROKER ]]; then
-  log "building walrelay and walrelay-devbroker in $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
-  cmake --build "$BUILD" -j2 --target walrelay walrelay-devbroker
-fi
-
-rm -rf "$WORK"
-mkdir -p "$WORK"
-chmod 755 "$WORK"
-PGDIR=$WORK/pg
-BROKER_PID=""
-cleanup() {
-  set +e
-  [[ -n "${PSQL_PID:-}" ]] && kill "$PSQL_PID" 2>/dev/null
-  [[ -n "$BROKER_PID" ]] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
-  if [[ "${KEEP:-0}" != 1 ]]; then
-    "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-
-eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" autovacuum=off max_wal_size=8GB max_replication_slots=100 \
-  checkpoint_timeout=30min shared_buffers=256MB)"
-DSN_unix="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
-DSN_tcp="host=127.0.0.1 port=$PGPORT user=walrelay dbname=postgres"
-
-# One long-lived psql for every poll (no fork per query while measuring).
+# One long-lived psql for every poll (no fork per query while measuring); replaces lib's q.
 coproc PSQL { psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN_unix" 2>&1; }
-PSQL_PID=$PSQL_PID
+EXTRA_PIDS=$PSQL_PID
 q() {  # q SQL -> its one-row, one-column answer (queries must return exactly one row)
   printf '%s\n' "$1" >&"${PSQL[1]}"
   local line
@@ -150,23 +127,6 @@ PAYLOAD=$(q "SELECT round(avg(length(payload::text))) FROM (SELECT payload FROM 
 WALBYTES=$(q "SELECT pg_wal_lsn_diff('$END', (SELECT min(confirmed_flush_lsn) FROM pg_replication_slots));")
 log "loaded $ROWS rows (payload ~$PAYLOAD bytes) in $(awk "BEGIN{printf \"%.1f\", $load_end-$load_start}") s; backlog $((WALBYTES / 1048576)) MiB of WAL, end LSN $END"
 
-# Dev broker.
-BOOTFILE=$WORK/bootstrap
-"$DEVBROKER" --brokers 3 --topic "outbox.payment:$PARTITIONS" --bootstrap-file "$BOOTFILE" \
-  </dev/null >"$WORK/devbroker.log" 2>&1 &
-BROKER_PID=$!
-for _ in $(seq 1 200); do [[ -s $BOOTFILE ]] && break; sleep 0.05; done
-BOOT=$(sed -n 's/^bootstrap=//p' "$BOOTFILE")
-[[ -n $BOOT ]] || { cat "$WORK/devbroker.log" >&2; exit 1; }
-
-cpu_of() {  # utime+stime in ticks of a live pid, or empty
-  local stat
-  IFS= read -r stat <"/proc/$1/stat" 2>/dev/null || return 0
-  stat=${stat##*) }  # fields from 3 on
-  # shellcheck disable=SC2086
-  set -- $stat
-  echo $(( ${12} + ${13} ))
-}
 hwm_kb_of() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || true; }
 ticks_s() { awk "BEGIN{printf \"%.2f\", $1/$CLK_TCK}"; }
 
@@ -192,7 +152,6 @@ pin() {
 client_pin() { [[ $1 == pinned ]] && echo "taskset -c 1" || true; }
 
 declare -A RATE CPU WSCPU RSS WALL BROKERCPU
-RESULT_LINES=()
 
 # time_client KEY SLOT TRANSPORT MODE COMMAND...: runs a client that ends by itself at END
 # under /usr/bin/time (CPU, max RSS), pinned per MODE, sampling its walsender's CPU.
@@ -208,7 +167,7 @@ time_client() {
   ws=$(walsender_of client "$slot")
   pin "$m" "$ws"
   while kill -0 "$pid" 2>/dev/null; do
-    c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
+    c=$(cpu_of "$ws"); [[ $c -gt 0 ]] && ws_cpu=$c  # 0 once it is gone
     sleep 0.02
   done
   wait "$pid" || { cat "$WORK/$slot.log" >&2; exit 1; }
@@ -256,14 +215,14 @@ run_walrelay() {  # transport mode run
   pin "$m" "$ws"
   while :; do
     kill -0 "$pid" 2>/dev/null || { cat "$WORK/$slot.log" >&2; exit 1; }
-    c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
+    c=$(cpu_of "$ws"); [[ $c -gt 0 ]] && ws_cpu=$c  # 0 once it is gone
     confirmed=$(q "SELECT confirmed_flush_lsn >= '$END'::pg_lsn FROM pg_replication_slots WHERE slot_name = '$slot';")
     [[ $confirmed == t ]] && break
     sleep 0.02
   done
   t1=$(date +%s.%N)
   cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid"); broker1=$(cpu_of "$BROKER_PID")
-  c=$(cpu_of "$ws"); [[ -n $c ]] && ws_cpu=$c
+  c=$(cpu_of "$ws"); [[ $c -gt 0 ]] && ws_cpu=$c
   kill -TERM "$pid"; wait "$pid" || true
   local key="walrelay/$t/$m/$r"
   WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")

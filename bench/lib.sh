@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/lib.sh: what the benchmark scripts share. Sourced, never run.
 #
 # Before sourcing, set ROOT (the source tree), BUILD (build directory, relative to ROOT),
@@ -8,18 +9,20 @@
 #   bench_start [name=value ...]
 #                         empties $WORK, starts a throwaway PostgreSQL 15 (scripts/pgtmp.sh;
 #                         the settings are added to its defaults) and the dev broker (3
-#                         brokers); sets PGDIR, PGHOST, PGPORT, DSN, POSTMASTER, BOOT,
-#                         BROKER_PID, and installs the EXIT trap (bench_cleanup)
+#                         brokers; DEVBROKER_TOPIC=name:partitions creates a topic); sets
+#                         PGDIR, PGHOST, PGPORT, DSN (unix socket), DSN_TCP, POSTMASTER,
+#                         BOOT, BROKER_PID, and installs the EXIT trap (bench_cleanup)
 #   q SQL                 one psql query, unaligned tuples only
 #   cpu_of PID [all]      utime+stime of a live process in clock ticks (+ reaped children)
-#   bench_cleanup         stops $SAMPLER_PID, $RELAY_PID, $BROKER_PID (when set), destroys
-#                         the cluster and $WORK unless KEEP=1
+#   bench_cleanup         stops $SAMPLER_PID, $RELAY_PID, $BROKER_PID and every pid in
+#                         $EXTRA_PIDS (when set), destroys the cluster and $WORK unless KEEP=1
 WALRELAY=$ROOT/$BUILD/src/cli/walrelay
 DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
 CLK_TCK=$(getconf CLK_TCK)
 BROKER_PID=""
 RELAY_PID=""
 SAMPLER_PID=""
+EXTRA_PIDS=""
 
 log() { printf '[%s %s] %s\n' "$BENCH_NAME" "$(date +%T)" "$*" >&2; }
 
@@ -34,7 +37,8 @@ bench_build() {
 bench_cleanup() {
   set +e
   local pid
-  for pid in "$SAMPLER_PID" "$RELAY_PID" "$BROKER_PID"; do
+  # shellcheck disable=SC2086
+  for pid in "$SAMPLER_PID" "$RELAY_PID" "$BROKER_PID" $EXTRA_PIDS; do
     [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   done
   if [[ "${KEEP:-0}" != 1 ]]; then
@@ -63,9 +67,11 @@ bench_start() {
   eval "$("$ROOT/scripts/pgtmp.sh" start "$PGDIR" max_wal_size=8GB checkpoint_timeout=30min \
     shared_buffers=256MB "$@")"
   DSN="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
+  DSN_TCP="host=127.0.0.1 port=$PGPORT user=walrelay dbname=postgres"
   POSTMASTER=$(head -1 "$PGDIR/data/postmaster.pid")
   local bootfile=$WORK/bootstrap
-  "$DEVBROKER" --brokers 3 --bootstrap-file "$bootfile" </dev/null >"$WORK/devbroker.log" 2>&1 &
+  "$DEVBROKER" --brokers 3 ${DEVBROKER_TOPIC:+--topic "$DEVBROKER_TOPIC"} \
+    --bootstrap-file "$bootfile" </dev/null >"$WORK/devbroker.log" 2>&1 &
   BROKER_PID=$!
   for _ in $(seq 1 200); do [[ -s $bootfile ]] && break; sleep 0.05; done
   BOOT=$(sed -n 's/^bootstrap=//p' "$bootfile")

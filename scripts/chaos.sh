@@ -186,6 +186,13 @@ start_ledger() {  # name
 
 payments() { q "SELECT count(*) FROM payments" 2>/dev/null || echo "?"; }
 
+# The writers' budget of payments, replaced whole (a reader never sees a half-written file:
+# `echo >file` truncates first, and a writer reading then got an empty budget).
+allow() {
+  echo "$1" >"$WORK/allowed.tmp"
+  mv -f "$WORK/allowed.tmp" "$WORK/allowed"
+}
+
 # A writer: transactions of 1-1000 payments (mostly small), wallets locked in ascending
 # order (no deadlocks), per-wallet seq in commit order; a fifth table-less, one in twenty
 # rolled back. Errors (a crashed server) are retried after a pause.
@@ -195,7 +202,9 @@ writer() {  # id
   while [[ ! -f $WORK/stop ]]; do
     local committed
     committed=$(payments)
-    if [[ $committed =~ ^[0-9]+$ ]] && (( committed >= $(cat "$WORK/allowed") )); then
+    local allowed
+    allowed=$(cat "$WORK/allowed")
+    if [[ $committed =~ ^[0-9]+$ && $allowed =~ ^[0-9]+$ ]] && (( committed >= allowed )); then
       sleep 0.2
       continue
     fi
@@ -234,7 +243,7 @@ $end"
 
 NFAULTS=${#SCHEDULE[@]}
 STEP=$(( EVENTS / (NFAULTS + 1) + 1 ))
-echo "$STEP" >"$WORK/allowed"
+allow "$STEP"
 start_relay a
 wait_streaming 60 || { tail -20 "$WORK/relay-a.log" >&2; exit 1; }
 start_relay b
@@ -331,7 +340,7 @@ wait_committed() {  # until at least $1 payments are committed
 T0=$(date +%s)
 for i in "${!SCHEDULE[@]}"; do
   due=$(( EVENTS * (i + 1) / (NFAULTS + 1) ))
-  echo $(( due + STEP )) >"$WORK/allowed"
+  allow $(( due + STEP ))
   wait_committed "$due"
   sleep "${GAPS[i]}"
   case ${SCHEDULE[i]} in
@@ -345,7 +354,7 @@ for i in "${!SCHEDULE[@]}"; do
   restart_dead_relays
   say "    $(payments) payments committed so far"
 done
-echo "$EVENTS" >"$WORK/allowed"
+allow "$EVENTS"
 say "schedule done; writing until $EVENTS payments are committed"
 wait_committed "$EVENTS"
 touch "$WORK/stop"
