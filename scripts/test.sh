@@ -116,15 +116,38 @@ cmake -S . -B "$BUILD_ROOT/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DWALRELAY_WERROR=ON -DWALRELAY_TSAN=ON -DWALRELAY_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD_ROOT/tsan" -j "$JOBS" --target metrics_http_test outbox_unit_test \
   kafka_test inbox_test relay_test
+# librdkafka 2.0.2 (Debian 12) can abort while a client is being destroyed:
+# "rd_kafka_broker_destroy_final: Assertion `thrd_is_current(rkb->rkb_thread)' failed": a
+# broker thread that saw its connection drop refreshes metadata through another broker and
+# drops that broker's last reference itself (confluentinc/librdkafka#3608, still open).
+# TSan's slowness widens the window (CI hit it once, in kafka_test, 2026-12-04). A program
+# that ends with exactly that assertion runs once more, and says so; anything else (a race
+# report exits 66, a failed test 1) fails the step at once.
+tsan_run() {
+  local log rc
+  log=$(mktemp)
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ] && grep -q "rd_kafka_broker_destroy_final: Assertion" "$log"; then
+    echo "NOTE: $(basename "$1") ended in librdkafka's known teardown abort" \
+      "(confluentinc/librdkafka#3608), not a report about walrelay; running it once more"
+    rc=0
+    "$@" || rc=$?
+  fi
+  rm -f "$log"
+  return "$rc"
+}
 (
   export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp history_size=4"
-  "$BUILD_ROOT/tsan/tests/metrics/metrics_http_test"
-  "$BUILD_ROOT/tsan/tests/outbox/outbox_unit_test"
-  "$BUILD_ROOT/tsan/tests/kafka/kafka_test" --gtest_filter='-DevbrokerTest.*'
-  "$BUILD_ROOT/tsan/tests/inbox/inbox_test" --gtest_filter='InboxTest.SameEventsDeliveredTwiceApplyOnce:InboxTest.BatchFailuresNeitherLoseNorRepeatOtherMessages:InboxTest.TransientFailuresAreRetriedAndAppliedOnce:InboxTest.PoisonMessageIsDeadLetteredAndPartitionContinues:InboxTest.RetentionDeletesExpiredRowsInBatches:InboxTest.HandlerThatThrowsIsRolledBackAndRetried'
+  tsan_run "$BUILD_ROOT/tsan/tests/metrics/metrics_http_test"
+  tsan_run "$BUILD_ROOT/tsan/tests/outbox/outbox_unit_test"
+  tsan_run "$BUILD_ROOT/tsan/tests/kafka/kafka_test" --gtest_filter='-DevbrokerTest.*'
+  tsan_run "$BUILD_ROOT/tsan/tests/inbox/inbox_test" --gtest_filter='InboxTest.SameEventsDeliveredTwiceApplyOnce:InboxTest.BatchFailuresNeitherLoseNorRepeatOtherMessages:InboxTest.TransientFailuresAreRetriedAndAppliedOnce:InboxTest.PoisonMessageIsDeadLetteredAndPartitionContinues:InboxTest.RetentionDeletesExpiredRowsInBatches:InboxTest.HandlerThatThrowsIsRolledBackAndRetried'
   # The relay's threads: pipeline, janitor, table health, slot guard, metrics callbacks,
   # a standby beside the active relay.
-  "$BUILD_ROOT/tsan/tests/relay/relay_test" --gtest_filter='RelayTest.JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded:RelayTest.SecondRelayStandsByAndTakesOverWhenTheFirstStops:RelayTest.OldestUnconfirmedEventAgeGrowsWhileKafkaIsDownAndClears:RecoveryTest.SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost'
+  tsan_run "$BUILD_ROOT/tsan/tests/relay/relay_test" --gtest_filter='RelayTest.JanitorDeletesOnlyDeliveredRowsAndKeepsTheOutboxBounded:RelayTest.SecondRelayStandsByAndTakesOverWhenTheFirstStops:RelayTest.OldestUnconfirmedEventAgeGrowsWhileKafkaIsDownAndClears:RecoveryTest.SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost'
 )
 
 step "libFuzzer: pgoutput decoder for ${FUZZ_SECONDS}s, wal2json decoder for $((FUZZ_SECONDS / 3))s, mapper + pipeline for $((FUZZ_SECONDS / 2))s ($BUILD_ROOT/fuzz)"
