@@ -1,9 +1,11 @@
 #include "slot/replication_connection.h"
 
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -271,8 +273,15 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       return UnavailableError(context() + ": poll: " + std::strerror(e));
     }
     if (pr == 0) continue;  // the deadline, or a liveness check, is due
-    if (!(pfd.revents & (POLLIN | POLLERR | POLLHUP)) && (fds[1].revents & POLLIN)) {
-      return Frame{};  // woken (e.g. delivery reports to serve), nothing from the server
+    if (fds[1].revents & POLLIN) {
+      // Cleared here, where the wake-up is seen: the caller serves whatever it signalled
+      // after this Read() (SetWakeFd), and an eventfd holds one counter, so one read does.
+      uint64_t count;
+      const ssize_t n = ::read(wake_fd_, &count, sizeof count);
+      (void)n;  // -1 (EAGAIN): already drained; either way it is clear now
+      if (!(pfd.revents & (POLLIN | POLLERR | POLLHUP))) {
+        return Frame{};  // woken (e.g. delivery reports to serve), nothing from the server
+      }
     }
     if (pfd.revents & (POLLIN | POLLERR | POLLHUP)) {
       if (PQconsumeInput(conn_.get()) == 0) {

@@ -93,8 +93,10 @@ class FrameSource {
   // A descriptor that ends a waiting Read() early, with a kTimeout frame, once it is
   // readable and nothing arrived from the server (the relay passes the Kafka producer's
   // delivery-report descriptor, so acks are served at once rather than after the wait).
-  // -1: none. The caller drains it and keeps it open while it is set. Sources that never
-  // wait (recordings) may ignore it.
+  // -1: none. A source that wakes on it drains it (one read of up to 8 bytes: an eventfd's
+  // counter), so the owner serves what it signalled without a system call of its own; the
+  // caller serves after every Read() that woke and keeps it open while it is set. Sources
+  // that never wait (recordings) may ignore it.
   virtual void SetWakeFd(int /*fd*/) {}
 };
 

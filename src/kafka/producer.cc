@@ -470,11 +470,8 @@ void Producer::Stop(Status why, bool serve_purged) {
 }
 
 int Producer::Poll(std::chrono::milliseconds timeout) {
-  if (wake_fd_ >= 0) {  // drain first: an event queued after this writes it again
-    uint64_t count;
-    while (::read(wake_fd_, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
-    }
-  }
+  // wake_fd_ is drained by whoever waits on it (wake_fd()), not here: this runs once per
+  // turn of the relay's loop, and the fd only needs clearing after it woke someone.
   int served = rd_kafka_poll(rk_, static_cast<int>(timeout.count()));
   CheckFatal();
   return served;

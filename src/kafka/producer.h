@@ -157,8 +157,10 @@ class Producer {
 
   // A descriptor (eventfd) that becomes readable when reports or errors wait for Poll():
   // for a caller that sleeps in its own poll() on other sockets and wants to serve acks
-  // at once. Poll() drains it. Owned by the Producer; -1 if it could not be made (then
-  // poll on a timeout as before).
+  // at once. librdkafka writes it once per stretch between two Poll()s. The waiter that
+  // sees it readable drains it (one 8-byte read) and then calls Poll(); Poll() itself does
+  // not read it, so serving reports costs no system call. Left undrained it only stays
+  // readable. Owned by the Producer; -1 if it could not be made (then poll on a timeout).
   int wake_fd() const { return wake_fd_; }
 
   // Waits until every enqueued record has its delivery report (served to the callback).

@@ -65,9 +65,10 @@ class RecordSink {
   // Whether `topic` can take records: kNotFound / kPermissionDenied are the topic's own
   // fault (see TopicErrors); anything else means "produce and see".
   virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
-  // A descriptor that is readable when Poll() has reports to serve (Poll drains it), or
-  // -1. The pipeline hands it to the frame source, so that a wait for the database ends
-  // when an ack arrives instead of polling the sink every millisecond.
+  // A descriptor that is readable when Poll() has reports to serve, or -1. The pipeline
+  // hands it to the frame source, which waits on it beside the database socket and drains
+  // it when it wakes (FrameSource::SetWakeFd), so that a wait for the database ends when an
+  // ack arrives instead of polling the sink every millisecond.
   virtual int WakeFd() const { return -1; }
 };
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -88,8 +89,9 @@ TEST(PipelineTest, CommitClaimingWalPastItsFrameIsRefusedAndNotConfirmed) {
 }
 
 // Hands out the frames the test released, then behaves as an idle walsender socket: waits
-// the whole timeout unless the wake descriptor (SetWakeFd) becomes readable. Counts reads
-// and keeps the last flush position sent; thread-safe for the test thread's looks.
+// the whole timeout unless the wake descriptor (SetWakeFd) becomes readable, and drains it
+// then, as FrameSource's contract says. Counts reads and keeps the last flush position
+// sent; thread-safe for the test thread's looks.
 class IdleSource : public slot::FrameSource {
  public:
   explicit IdleSource(std::vector<std::pair<uint64_t, std::string>> frames)
@@ -101,7 +103,10 @@ class IdleSource : public slot::FrameSource {
       return testing::XLogFrame(Lsn(lsn), bytes);
     }
     pollfd pfd{wake_fd_.load(), POLLIN, 0};
-    ::poll(&pfd, pfd.fd >= 0 ? 1 : 0, static_cast<int>(timeout.count()));
+    if (::poll(&pfd, pfd.fd >= 0 ? 1 : 0, static_cast<int>(timeout.count())) == 1) {
+      uint64_t count;
+      EXPECT_EQ(::read(pfd.fd, &count, sizeof count), static_cast<ssize_t>(sizeof count));
+    }
     return slot::Frame{};
   }
   Status SendStatus(Lsn, Lsn flush, Lsn, bool) override {

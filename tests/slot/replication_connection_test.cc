@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -367,7 +368,9 @@ TEST(ReplicationConnectionKeepaliveTest, IdleStreamGetsKeepaliveThatAsksForARepl
 }
 
 // SetWakeFd: a Read() waiting on an idle stream ends when the wake descriptor becomes
-// readable (the relay's producer has acks to serve), not at the end of its timeout.
+// readable (the relay's producer has acks to serve), not at the end of its timeout, and
+// leaves it drained: the producer's Poll() does not read it, so a descriptor left readable
+// would end every later wait at once.
 TEST(ReplicationConnectionWakeTest, WaitingReadEndsWhenTheWakeDescriptorIsReadable) {
   auto cluster = TestCluster::Start();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
@@ -395,6 +398,8 @@ TEST(ReplicationConnectionWakeTest, WaitingReadEndsWhenTheWakeDescriptorIsReadab
   EXPECT_EQ(f->kind, Frame::Kind::kTimeout);
   EXPECT_LT(waited, std::chrono::seconds(10)) << "the wait ran to its timeout";
   EXPECT_GE(waited, milliseconds(250));
+  pollfd pfd{fds[0], POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0) << "the wake-up was left readable";
   conn->SetWakeFd(-1);
   ::close(fds[0]);
   ::close(fds[1]);
