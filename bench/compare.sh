@@ -33,6 +33,8 @@
 # thread; $WORK/perf-<transport>-<mode>-<run>.data; `bench/profile_breakdown.py FILE
 # US_PER_EVENT` splits it by thread and owner): for profiles only, walrelay's CPU column
 # is then perf's process, not walrelay's (take US_PER_EVENT from a run without perf).
+# SYSCALLS=1 counts `walrelay run`'s system calls (every thread) with `perf stat` and
+# prints them per event under the tables; its CPU and RSS columns are then perf's too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -46,6 +48,7 @@ REPLAY=${REPLAY:-1}
 MODES=${MODES:-unpinned pinned}
 RUNS=${RUNS:-1}
 PERF_CALLGRAPH=${PERF_CALLGRAPH:-dwarf,8192}
+SYSCALL_EVENTS=raw_syscalls:sys_enter,syscalls:sys_enter_read,syscalls:sys_enter_poll,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_write
 CLIENTS="pg_recvlogical walrelay-read walrelay"
 BENCH_NAME=compare
 DEVBROKER_TOPIC=outbox.payment:$PARTITIONS
@@ -206,6 +209,9 @@ run_walrelay() {  # transport mode run
   local perf=()
   [[ ${PERF:-0} == 1 ]] &&
     perf=(perf record -q -F 999 --call-graph "$PERF_CALLGRAPH" -o "$WORK/perf-$t-$m-$r.data" --)
+  # shellcheck disable=SC2054  # -x, is perf's field separator
+  [[ ${SYSCALLS:-0} == 1 ]] &&
+    perf=(perf stat -x, -o "$WORK/syscalls-$t-$m-$r.txt" -e "$SYSCALL_EVENTS" --)
   # shellcheck disable=SC2046
   LD_PRELOAD=${WALRELAY_PRELOAD:-} $(client_pin "$m") "${perf[@]}" "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
     --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
@@ -223,7 +229,9 @@ run_walrelay() {  # transport mode run
   t1=$(date +%s.%N)
   cpu=$(cpu_of "$pid"); hwm=$(hwm_kb_of "$pid"); broker1=$(cpu_of "$BROKER_PID")
   c=$(cpu_of "$ws"); [[ $c -gt 0 ]] && ws_cpu=$c
-  kill -TERM "$pid"; wait "$pid" || true
+  # perf stat dies of SIGTERM without a word: stop walrelay under it instead.
+  if [[ ${SYSCALLS:-0} == 1 ]]; then pkill -TERM -P "$pid"; else kill -TERM "$pid"; fi
+  wait "$pid" || true
   local key="walrelay/$t/$m/$r"
   WALL[$key]=$(awk "BEGIN{printf \"%.3f\", $t1-$t0}")
   RATE[$key]=$(awk "BEGIN{printf \"%.0f\", $ROWS/${WALL[$key]}}")
@@ -295,6 +303,15 @@ for m in $MODES; do
     fi
   done
 done
+if [[ ${SYSCALLS:-0} == 1 ]]; then
+  echo "system calls of walrelay run per event (every thread; perf stat):"
+  for f in "$WORK"/syscalls-*.txt; do
+    awk -F, -v rows="$ROWS" -v name="$(basename "$f" .txt)" '
+      /^#/ || NF < 3 {next}
+      {sub(/^(raw_)?syscalls:sys_enter_?/, "", $3); out = out sprintf(" %s %.3f", ($3 == "" ? "all" : $3), $1 / rows)}
+      END {print "  " name ":" out}' "$f"
+  done
+fi
 if [[ $REPLAY == 1 ]]; then
   echo "replay null sink:  $REPLAY_NULL"
   echo "replay dev broker: $REPLAY_KAFKA"
