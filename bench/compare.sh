@@ -33,8 +33,8 @@
 # thread; $WORK/perf-<transport>-<mode>-<run>.data; `bench/profile_breakdown.py FILE
 # US_PER_EVENT` splits it by thread and owner): for profiles only, walrelay's CPU column
 # is then perf's process, not walrelay's (take US_PER_EVENT from a run without perf).
-# SYSCALLS=1 counts `walrelay run`'s system calls (every thread) with `perf stat` and
-# prints them per event under the tables; its CPU and RSS columns are then perf's too.
+# SYSCALLS=1 counts every client's system calls (all threads) with `perf stat` and prints
+# them per event under the tables; walrelay run's CPU and RSS columns are then perf's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -156,15 +156,23 @@ client_pin() { [[ $1 == pinned ]] && echo "taskset -c 1" || true; }
 
 declare -A RATE CPU WSCPU RSS WALL BROKERCPU
 
+# syscall_counter KEY: with SYSCALLS=1, the perf stat command line to put before a client
+# (its counts go to $WORK/syscalls-KEY.txt, "/" in KEY as "-"); else nothing.
+syscall_counter() {
+  [[ ${SYSCALLS:-0} == 1 ]] || return 0
+  printf '%s\n' perf stat -x, -o "$WORK/syscalls-${1//\//-}.txt" -e "$SYSCALL_EVENTS" --
+}
+
 # time_client KEY SLOT TRANSPORT MODE COMMAND...: runs a client that ends by itself at END
 # under /usr/bin/time (CPU, max RSS), pinned per MODE, sampling its walsender's CPU.
 time_client() {
   local key=$1 slot=$2 t=$3 m=$4
   shift 4
-  local t0 t1 ws ws_cpu="" c
+  local t0 t1 ws ws_cpu="" c counter
+  mapfile -t counter < <(syscall_counter "$key")
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
-  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" $(client_pin "$m") "$@" \
+  /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.$slot" $(client_pin "$m") "${counter[@]}" "$@" \
     2>"$WORK/$slot.log" &
   local pid=$!
   ws=$(walsender_of client "$slot")
@@ -209,9 +217,7 @@ run_walrelay() {  # transport mode run
   local perf=()
   [[ ${PERF:-0} == 1 ]] &&
     perf=(perf record -q -F 999 --call-graph "$PERF_CALLGRAPH" -o "$WORK/perf-$t-$m-$r.data" --)
-  # shellcheck disable=SC2054  # -x, is perf's field separator
-  [[ ${SYSCALLS:-0} == 1 ]] &&
-    perf=(perf stat -x, -o "$WORK/syscalls-$t-$m-$r.txt" -e "$SYSCALL_EVENTS" --)
+  [[ ${SYSCALLS:-0} == 1 ]] && mapfile -t perf < <(syscall_counter "walrelay/$t/$m/$r")
   # shellcheck disable=SC2046
   LD_PRELOAD=${WALRELAY_PRELOAD:-} $(client_pin "$m") "${perf[@]}" "$WALRELAY" run --source-dsn "${!dsn_var}" --source-slot "$slot" --source-create-slot false \
     --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
@@ -304,7 +310,7 @@ for m in $MODES; do
   done
 done
 if [[ ${SYSCALLS:-0} == 1 ]]; then
-  echo "system calls of walrelay run per event (every thread; perf stat):"
+  echo "system calls per event (every thread; perf stat):"
   for f in "$WORK"/syscalls-*.txt; do
     awk -F, -v rows="$ROWS" -v name="$(basename "$f" .txt)" '
       /^#/ || NF < 3 {next}
