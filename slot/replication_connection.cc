@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "base/sql.h"
 
@@ -201,6 +202,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   // The clock is read only once the buffered messages ran out (not per message): the
   // deadline from then, and the time the last buffered bytes were taken as "received".
   std::optional<Clock::time_point> deadline;
+  int tries = 0;  // reads of a moving stream's socket before poll() (see moving_)
   for (;;) {
     char* buf = nullptr;
     const int n = PQgetCopyData(conn_.get(), &buf, /*async=*/1);
@@ -213,6 +215,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       if (auto* x = std::get_if<XLogData>(&*msg)) {
         f.kind = Frame::Kind::kXLogData;
         f.xlog = *x;
+        moving_ = true;
       } else {
         f.kind = Frame::Kind::kKeepalive;
         f.keepalive = std::get<PrimaryKeepalive>(*msg);
@@ -246,6 +249,18 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     if (flush < 0) {
       return UnavailableError(context() + ": sending failed: " + PQerrorMessage(conn_.get()));
     }
+    // A moving stream: take what the socket holds without poll(), then once more after a
+    // nap off the socket's wait queue, before sleeping on it (the header's "busy stream").
+    if (moving_ && timeout.count() > 0 && tries < 2) {
+      if (tries++ == 1) std::this_thread::sleep_for(kBusyStreamNap);
+      if (PQconsumeInput(conn_.get()) == 0) {
+        streaming_ = false;
+        return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
+                                "; reconnect and resume from the slot");
+      }
+      continue;
+    }
+    moving_ = false;
     const auto now = Clock::now();
     if (!deadline) deadline = now + timeout;
     if (received_unstamped_) {  // messages were handed out since bytes were last stamped
