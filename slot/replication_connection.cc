@@ -199,6 +199,11 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   }
   // Built only on the error paths: Read() runs once per message.
   auto context = [this] { return "replication stream of slot " + slot_; };
+  auto broken = [&] {  // the connection failed: this stream is over
+    streaming_ = false;
+    return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
+                            "; reconnect and resume from the slot");
+  };
   // The clock is read only once the buffered messages ran out (not per message): the
   // deadline from then, and the time the last buffered bytes were taken as "received".
   std::optional<Clock::time_point> deadline;
@@ -239,11 +244,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       f.kind = Frame::Kind::kEndOfStream;
       return f;
     }
-    if (n == -2) {
-      streaming_ = false;
-      return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
-                              "; reconnect and resume from the slot");
-    }
+    if (n == -2) return broken();
     // n == 0: nothing complete buffered. Flush pending output, then wait on the socket.
     const int flush = PQflush(conn_.get());
     if (flush < 0) {
@@ -253,11 +254,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     // nap off the socket's wait queue, before sleeping on it (the header's "busy stream").
     if (moving_ && timeout.count() > 0 && tries < 2) {
       if (tries++ == 1) std::this_thread::sleep_for(kBusyStreamNap);
-      if (PQconsumeInput(conn_.get()) == 0) {
-        streaming_ = false;
-        return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
-                                "; reconnect and resume from the slot");
-      }
+      if (PQconsumeInput(conn_.get()) == 0) return broken();
       continue;
     }
     moving_ = false;
@@ -299,11 +296,7 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       }
     }
     if (pfd.revents & (POLLIN | POLLERR | POLLHUP)) {
-      if (PQconsumeInput(conn_.get()) == 0) {
-        streaming_ = false;
-        return UnavailableError(context() + ": " + PQerrorMessage(conn_.get()) +
-                                "; reconnect and resume from the slot");
-      }
+      if (PQconsumeInput(conn_.get()) == 0) return broken();
       if (pfd.revents & POLLIN) {  // bytes arrived: the server is alive
         last_received_ = Clock::now();
         reply_requested_at_.reset();
