@@ -309,6 +309,7 @@ Result<std::string> SessionOptions(std::string_view conninfo, const SessionSetti
     if (!options.empty()) options += ' ';
     options += "-c " + setting;
   };
+  add("standard_conforming_strings=on");
   if (settings.local_commit) add("synchronous_commit=local");
   if (settings.statement_timeout.count() > 0) {
     add("statement_timeout=" + std::to_string(settings.statement_timeout.count()));
@@ -350,12 +351,9 @@ std::string TransportSecurityWarning(PGconn* conn) {
 
 Result<PgConnPtr> ConnectPg(const ConnInfo& conninfo, const char* replication,
                             std::string_view context, const SessionSettings& settings) {
-  std::string options;
-  if (settings.local_commit || settings.statement_timeout.count() > 0) {
-    auto o = SessionOptions(conninfo.dsn, settings);
-    if (!o.ok()) return o.status().WithContext(context);
-    options = std::move(*o);
-  }
+  auto session_options = SessionOptions(conninfo.dsn, settings);
+  if (!session_options.ok()) return session_options.status().WithContext(context);
+  const std::string options = std::move(*session_options);
   // Keywords after "dbname" override what the expanded conninfo says.
   // libpq ignores a keyword whose value is null or empty.
   const char* keys[] = {"dbname",  "fallback_application_name", "replication", "options",

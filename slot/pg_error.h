@@ -149,7 +149,9 @@ inline constexpr SessionSettings kRelaySession{.local_commit = true,
 
 // The libpq `options` value that applies `settings` on top of what the user asked for:
 // the conninfo's own `options` (else $PGOPTIONS, which libpq would have used), then one
-// "-c" per setting, so ours win over the user's for these two settings only.
+// "-c" per setting, so ours win over the user's for these settings only. Always
+// standard_conforming_strings=on: base/sql.h quotes literals for it, and a role, database or
+// server default of off would change what a quoted name or value means.
 // kInvalidArgument when `conninfo` does not parse.
 Result<std::string> SessionOptions(std::string_view conninfo, const SessionSettings& settings);
 
@@ -167,7 +169,7 @@ std::string TransportSecurityWarning(PGconn* conn);
 // Connects with `conninfo` (its DSN expanded by libpq, then the password keyword) and
 // `replication` forced to the given value ("database" or "false"; nullptr = as the DSN
 // says); application_name defaults to "walrelay". `settings` are applied as SessionOptions
-// describes (none by default). No connection string is ever built by concatenation.
+// describes, standard_conforming_strings=on on every connection. No connection string is ever built by concatenation.
 Result<PgConnPtr> ConnectPg(const ConnInfo& conninfo, const char* replication,
                             std::string_view context, const SessionSettings& settings = {});
 

@@ -36,22 +36,22 @@ TEST(PgErrorTest, SessionOptionsKeepTheUsersOptionsAndAddOursLast) {
   ::unsetenv("PGOPTIONS");
   auto plain = SessionOptions("host=/tmp dbname=app", kRelaySession);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-  EXPECT_EQ(*plain, "-c synchronous_commit=local -c statement_timeout=30000");
+  EXPECT_EQ(*plain, "-c standard_conforming_strings=on -c synchronous_commit=local -c statement_timeout=30000");
   auto user = SessionOptions("host=/tmp options='-c search_path=app -c synchronous_commit=on'",
                              kRelaySession);
   ASSERT_TRUE(user.ok());
   EXPECT_EQ(*user,
-            "-c search_path=app -c synchronous_commit=on -c synchronous_commit=local -c "
-            "statement_timeout=30000");
+            "-c search_path=app -c synchronous_commit=on -c standard_conforming_strings=on -c "
+            "synchronous_commit=local -c statement_timeout=30000");
   auto uri =
       SessionOptions("postgresql://h/db?options=-c%20work_mem%3D8MB", {.local_commit = true});
   ASSERT_TRUE(uri.ok());
-  EXPECT_EQ(*uri, "-c work_mem=8MB -c synchronous_commit=local");
+  EXPECT_EQ(*uri, "-c work_mem=8MB -c standard_conforming_strings=on -c synchronous_commit=local");
   ::setenv("PGOPTIONS", "-c lock_timeout=1s", 1);
   auto env = SessionOptions("dbname=app", {.statement_timeout = std::chrono::seconds(5)});
   ::unsetenv("PGOPTIONS");
   ASSERT_TRUE(env.ok());
-  EXPECT_EQ(*env, "-c lock_timeout=1s -c statement_timeout=5000");
+  EXPECT_EQ(*env, "-c lock_timeout=1s -c standard_conforming_strings=on -c statement_timeout=5000");
   EXPECT_EQ(SessionOptions("host='unterminated", kRelaySession).status().code(),
             StatusCode::kInvalidArgument);
 }

@@ -304,6 +304,39 @@ TEST_F(ReplicationConnectionTest, PasswordTravelsApartFromTheDsnInEveryForm) {
   }
 }
 
+// base/sql.h quotes literals for standard_conforming_strings = on (a backslash is an
+// ordinary character). A role, database or server that turns it off must not change what a
+// quoted literal means on any connection walrelay opens (issue 27, item 9): with it off,
+// 'C:\new' would read as an escape string ("C:" newline "ew") and a slot or table name
+// with a backslash would name another object.
+TEST_F(ReplicationConnectionTest, LiteralsKeepTheirMeaningWhenTheRoleTurnsOffStandardStrings) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("CREATE ROLE oldstrings LOGIN REPLICATION;"
+                         "ALTER ROLE oldstrings SET standard_conforming_strings = off;"
+                         "ALTER ROLE oldstrings SET escape_string_warning = off")
+                  .ok());
+  const std::string text = "C:\\new\\table\\'s";
+  for (const char* replication : {"false", "database"}) {
+    auto conn = ConnectPg(cluster_->conninfo_for_user("oldstrings"), replication, "test");
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    // The simple query protocol: a walsender takes no other.
+    PgResultPtr r(PQexec(conn->get(), ("SELECT " + QuoteLiteral(text)).c_str()));
+    ASSERT_EQ(PQresultStatus(r.get()), PGRES_TUPLES_OK)
+        << replication << ": " << PQresultErrorMessage(r.get());
+    EXPECT_EQ(std::string(PQgetvalue(r.get(), 0, 0)), text) << "replication=" << replication;
+  }
+  // The user's own options still apply beside ours.
+  ConnInfo with_options = cluster_->conninfo_for_user("oldstrings");
+  with_options.dsn += " options='-c work_mem=7MB'";
+  auto conn = ConnectPg(with_options, "false", "test");
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto r = ExecPg(conn->get(), "SELECT current_setting('work_mem'), " + QuoteLiteral(text),
+                  {}, "test");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(std::string(PQgetvalue(r->get(), 0, 0)), "7MB");
+  EXPECT_EQ(std::string(PQgetvalue(r->get(), 0, 1)), text);
+}
+
 TEST_F(ReplicationConnectionTest, UnreachableServerIsUnavailable) {
   auto conn = ReplicationConnection::Connect(
       "host=127.0.0.1 port=1 user=walrelay dbname=postgres "
