@@ -1,6 +1,7 @@
 #include "src/cli/setup.h"
 
 #include <iostream>
+#include <set>
 
 #include "slot/pg_error.h"
 #include "slot/slot_admin.h"
@@ -9,7 +10,12 @@
 #include "src/relay/schema.h"
 
 namespace walrelay::cli {
-std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables) {
+std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables,
+                                         const std::set<std::string>& partitioned_tables) {
+  auto partitioned = [&](const std::string& t) {
+    return partitioned_tables.contains(t) ||
+           (create_tables && config.outbox_cleanup == relay::OutboxCleanup::kPartitions);
+  };
   std::vector<std::string> sql;
   if (create_tables) {
     for (const auto& t : config.tables) {
@@ -41,7 +47,9 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
     // the switch from WAL mode repeats only the last moments (docs/poll-mode.md).
     for (const auto& t : config.tables) {
       sql.push_back(relay::PollColumnsSql(t));
-      sql.push_back(relay::PollIndexSql(t, config.columns.id));
+      sql.push_back(relay::PollIndexSql(t, config.columns.id, partitioned(t)));
+      sql.push_back(relay::PollWaitingIndexSql(t, config.columns.aggregate_id, config.columns.id,
+                                               partitioned(t)));
       sql.push_back("UPDATE " + QuoteQualifiedName(t) +
                     " SET published_at = now() WHERE published_at IS NULL AND " +
                     relay::DeliveredBeforeBoundPredicate(config.progress_table, config.slot));
@@ -62,17 +70,21 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
                   " WITH (publish_via_partition_root = true);\n  END IF;\nEND $$");
   }
   if (!config.create_slot) return sql;  // RunSetup says how the slot will come
+  // Never where walrelay has streamed the slot before (its progress row exists): a slot
+  // made now would start now, and every event committed since the old one was lost or
+  // dropped would be skipped without a word. `walrelay run` recovers it (invariant 11).
   sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) + ", " +
                 QuoteLiteral(config.plugin) +
-                ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE "
-                "slot_name = " +
-                QuoteLiteral(config.slot) + ")");
+                ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = " +
+                QuoteLiteral(config.slot) + ") AND NOT EXISTS (SELECT 1 FROM " +
+                QuoteQualifiedName(config.progress_table) +
+                " WHERE slot = " + QuoteLiteral(config.slot) + ")");
   return sql;
 }
 
 Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run) {
-  const auto statements = SetupStatements(config, create_tables);
   if (dry_run) {
+    const auto statements = SetupStatements(config, create_tables);
     for (const auto& s : statements) std::cout << s << ";\n\n";
     return Status::Ok();
   }
@@ -90,6 +102,20 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgConnPtr conn,
       slot::ConnectPg(conninfo, nullptr, "setup connection", slot::kRelaySession));
+  // Outbox tables that exist and are partitioned (the user's own): their poll indexes
+  // cannot be built concurrently.
+  std::set<std::string> partitioned;
+  for (const auto& t : config.tables) {
+    const std::string quoted = QuoteQualifiedName(t);
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn.get(), "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)",
+                     {quoted.c_str()}, "setup: reading the kind of table " + t));
+    if (PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t") {
+      partitioned.insert(t);
+    }
+  }
+  const auto statements = SetupStatements(config, create_tables, partitioned);
   for (const auto& s : statements) {
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
     std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")
@@ -116,8 +142,20 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
               << QuoteLiteral(config.slot) << ", " << QuoteLiteral(config.plugin)
               << "); events committed before the slot exists are not in it\n";
   }
+  bool slot_made = config.create_slot;
+  if (config.create_slot && admin->GetSlot(config.slot).status().code() == StatusCode::kNotFound) {
+    slot_made = false;
+    std::cerr << "warning: replication slot " << config.slot
+              << " was NOT created: walrelay has streamed it before (" << config.progress_table
+              << " has its progress), so it was dropped or lost since. A slot made now would "
+                 "start now and skip, without a word, every event committed since then. "
+                 "`walrelay run` recovers it (it makes the slot anew and republishes the "
+                 "outbox rows after the recorded bound; duplicates, nothing lost), or refuses "
+                 "with exit code 3 when --recovery-enabled is false (docs/operations.md, lost "
+                 "slot)\n";
+  }
   std::cerr << "setup complete: publication " << config.publication << ", slot "
-            << (config.create_slot ? config.slot : "(none)") << ", tables";
+            << (slot_made ? config.slot : "(none)") << ", tables";
   for (const auto& t : config.tables) std::cerr << " " << t;
   std::cerr << "\n";
   return Status::Ok();

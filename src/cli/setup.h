@@ -4,6 +4,7 @@
 // change. `--dry-run` prints the SQL instead of running it.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,12 @@
 
 namespace walrelay::cli {
 
-// The SQL statements of setup, in order (each idempotent).
-std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables);
+// The SQL statements of setup, in order (each idempotent). `partitioned_tables`: configured
+// outbox tables that exist and are partitioned (RunSetup asks the server; --dry-run
+// assumes none besides those setup makes partitioned). The slot is created only when it is
+// missing and walrelay never streamed it (no progress row): never silently anew.
+std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables,
+                                         const std::set<std::string>& partitioned_tables = {});
 
 // Runs the statements and the settings checks; progress and advice go to stderr.
 Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run);

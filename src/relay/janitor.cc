@@ -13,16 +13,16 @@ namespace walrelay::relay {
 std::string OutboxJanitor::BatchSql(const std::string& table) const {
   const std::string t = QuoteQualifiedName(table);
   const std::string older = QuoteIdentifier(options_.created_at_column) + " < now() - $1::interval";
-  if (options_.poll_mode) {
-    // Poll mode: a row is delivered once the poller marked it (poller.h).
-    return "WITH doomed AS (SELECT ctid FROM " + t + " WHERE " + older +
-           " AND published_at IS NOT NULL LIMIT " + std::to_string(options_.batch_rows) +
-           " FOR UPDATE SKIP LOCKED) DELETE FROM " + t + " WHERE ctid IN (SELECT ctid FROM doomed)";
-  }
-  return "WITH doomed AS (SELECT ctid FROM " + t + " WHERE " + older + " AND " +
-         DeliveredBeforeBoundPredicate(options_.progress_table, options_.slot) + " LIMIT " +
-         std::to_string(options_.batch_rows) + " FOR UPDATE SKIP LOCKED) DELETE FROM " + t +
-         " WHERE ctid IN (SELECT ctid FROM doomed)";
+  // Poll mode: a row is delivered once the poller marked it (poller.h).
+  const std::string delivered =
+      options_.poll_mode ? std::string("published_at IS NOT NULL")
+                         : DeliveredBeforeBoundPredicate(options_.progress_table, options_.slot);
+  // Rows are named by (tableoid, ctid): a ctid alone names a row in every partition of a
+  // partitioned outbox (invariant 10).
+  return "WITH doomed AS (SELECT tableoid, ctid FROM " + t + " WHERE " + older + " AND " +
+         delivered + " LIMIT " + std::to_string(options_.batch_rows) +
+         " FOR UPDATE SKIP LOCKED) DELETE FROM " + t +
+         " WHERE (tableoid, ctid) IN (SELECT tableoid, ctid FROM doomed)";
 }
 
 std::string OutboxJanitor::UndeliveredPredicate() const {

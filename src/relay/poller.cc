@@ -5,19 +5,23 @@
 #include <charconv>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "base/sql.h"
 #include "src/relay/position.h"
 #include "src/relay/record_headers.h"
 #include "src/relay/recovery.h"
+#include "src/relay/schema.h"
 
 namespace walrelay::relay {
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Columns of the poll's SELECT before OutboxRowSelectList's seven.
-constexpr int kCtid = 0, kId = 1, kRetryCount = 2, kXmin = 3, kFirstMapped = 4;
+// Columns of the poll's SELECT before OutboxRowSelectList's seven. A row is named by
+// (tableoid, ctid): in a partitioned outbox every partition has a row at (0,1), (0,2), ...
+// (invariant 10).
+constexpr int kTableOid = 0, kCtid = 1, kId = 2, kRetryCount = 3, kXmin = 4, kFirstMapped = 5;
 
 Status Exec(PGconn* conn, const std::string& sql, std::string_view what,
             const std::vector<const char*>& params = {}) {
@@ -74,6 +78,12 @@ std::string PollShardPredicate(const std::string& aggregate_id_column, const Pol
          std::to_string(shard.count) + " = " + std::to_string(shard.index);
 }
 
+std::string PollWaitingPredicate(std::string_view alias) {
+  const std::string a(alias);
+  return a + "." + std::string(kPublishedAtColumn) + " IS NULL AND " + a + "." +
+         std::string(kRetryAtColumn) + " IS NOT NULL";
+}
+
 std::string PollSelectSql(const RelayConfig& config, const std::string& table,
                           const PollShard& shard) {
   const std::string id = QuoteIdentifier(config.columns.id);
@@ -82,6 +92,12 @@ std::string PollSelectSql(const RelayConfig& config, const std::string& table,
   if (const std::string s = PollShardPredicate(config.columns.aggregate_id, shard); !s.empty()) {
     where += " AND " + s;
   }
+  // Order per aggregate: a row waiting for its retry holds back the later rows of its
+  // aggregate (read through the partial index PollWaitingIndexSql makes).
+  where += " AND NOT EXISTS (SELECT 1 FROM " + QuoteQualifiedName(table) + " AS w WHERE " +
+           PollWaitingPredicate("w") + " AND w." + QuoteIdentifier(config.columns.aggregate_id) +
+           " = o." + QuoteIdentifier(config.columns.aggregate_id) + " AND w." + id + " < o." + id +
+           ")";
   if (config.poll_wait_for_older_transactions) {
     // The row's inserting transaction precedes the oldest one still running (age() of a
     // frozen xmin is the largest there is, so old rows pass too).
@@ -90,7 +106,7 @@ std::string PollSelectSql(const RelayConfig& config, const std::string& table,
         "4294967296)::text::xid)";
   }
   // ORDER BY o.id: unqualified, "id" would name the text output column and sort as text.
-  return "SELECT ctid::text, " + id + "::text, " + QuoteIdentifier(kRetryCountColumn) +
+  return "SELECT tableoid::oid::text, ctid::text, " + id + "::text, " + QuoteIdentifier(kRetryCountColumn) +
          ", xmin::text, " + OutboxRowSelectList(config.columns) + " FROM " +
          QuoteQualifiedName(table) + " AS o WHERE " + where + " ORDER BY o." + id + " LIMIT " +
          std::to_string(config.poll_batch_rows) + " FOR UPDATE SKIP LOCKED";
@@ -142,6 +158,21 @@ Status Poller::Prepare() {
           "retry_count, last_error, retry_at). Fix: run `walrelay setup --source-mode poll` "
           "with the same options (it adds them and the partial index, idempotently)");
     }
+    // The index of the rows waiting for a retry (an upgrade from a version without it):
+    // without it, each poll's hold-back check reads the unpublished rows instead.
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr waiting,
+        slot::ExecPg(conn_,
+                     "SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass AND "
+                     "pg_get_expr(indpred, indrelid) LIKE '%retry_at IS NOT NULL%'",
+                     {quoted.c_str()}, "poll: reading the indexes of " + table));
+    if (std::string_view(PQgetvalue(waiting.get(), 0, 0)) == "0") {
+      spdlog::warn("poll: {} has no index of the rows waiting for a retry, so every poll reads "
+                   "its unpublished rows to keep order per aggregate (slow with a backlog). "
+                   "Fix: run `walrelay setup --source-mode poll` with the same options (it "
+                   "adds {})",
+                   table, PollIndexName(table, "_waiting"));
+    }
     WALRELAY_ASSIGN_OR_RETURN(bool bytea, PayloadIsBytea(conn_, table, config_.columns));
     payload_is_bytea_.push_back(bytea);
     select_sql_.push_back(PollSelectSql(config_, table, shard_));
@@ -170,7 +201,9 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     WALRELAY_RETURN_IF_ERROR(Exec(conn_, "COMMIT", "COMMIT"));
     return uint64_t{0};
   }
-  enum class State { kPending, kPublished, kDeadLettered, kFailed };
+  // kHeld: a later row of an aggregate whose earlier row failed in this poll; left as it
+  // was (unpublished, no attempt counted), so it follows that row when it is published.
+  enum class State { kPending, kPublished, kDeadLettered, kFailed, kHeld };
   struct Row {
     State state = State::kPending;
     int64_t id = 0;
@@ -249,6 +282,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     if (st.ok()) topics_ok_[std::string(topic)] = now + std::chrono::seconds(30);
     return st;
   };
+  std::set<std::string, std::less<>> failed_aggregates;  // of rows that failed in this poll
   for (int i = 0; i < n; ++i) {
     if (!ParseNumber(std::string_view(PQgetvalue(rows.get(), i, kId)), &batch[i].id)) {
       return InvalidArgumentError("poll mode: the id column " + config_.columns.id + " of " +
@@ -257,6 +291,10 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
                                      "(an identity column)");
     }
     const OutboxRow row = mapped_row(i);
+    if (row.aggregate_id && failed_aggregates.contains(*row.aggregate_id)) {
+      batch[i].state = State::kHeld;
+      continue;
+    }
     Status mapped = mapper_.MapRow(table, row, &event);
     if (!mapped.ok()) {
       WALRELAY_RETURN_IF_ERROR(
@@ -271,6 +309,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
         topic->second.code() == StatusCode::kPermissionDenied) {
       batch[i].state = State::kFailed;
       batch[i].error = topic->second.message();
+      if (row.aggregate_id) failed_aggregates.emplace(*row.aggregate_id);
       continue;
     }
     SourcePosition position;
@@ -316,7 +355,6 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
   if (!failure.ok()) return failure;
 
   // Rows that failed: counted, and dead-lettered once they used up their attempts.
-  std::vector<std::string> done;
   const auto retry_after = std::max<std::chrono::milliseconds>(
       std::chrono::milliseconds(100),
       config_.kafka_topic_error_timeout / std::max<int64_t>(1, config_.poll_max_attempts));
@@ -340,26 +378,30 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     spdlog::warn("poll: row {} of {} not published (attempt {} of {}, retried in {} ms): {}",
                  batch[i].id, table, attempts, config_.poll_max_attempts, retry_after.count(),
                  batch[i].error);
-    const std::string ctid = PQgetvalue(rows.get(), i, kCtid);
     const std::string error = SanitizeText(batch[i].error);
-    WALRELAY_RETURN_IF_ERROR(Exec(conn_,
-                                  "UPDATE " + QuoteQualifiedName(table) +
-                                      " SET retry_count = retry_count + 1, last_error = $2, "
-                                      "retry_at = now() + $3::interval WHERE ctid = $1::tid",
-                                  "counting a failed attempt",
-                                  {ctid.c_str(), error.c_str(), retry_interval.c_str()}));
+    WALRELAY_RETURN_IF_ERROR(Exec(
+        conn_,
+        "UPDATE " + QuoteQualifiedName(table) +
+            " SET retry_count = retry_count + 1, last_error = $3, retry_at = now() + "
+            "$4::interval WHERE tableoid = $1::oid AND ctid = $2::tid",
+        "counting a failed attempt",
+        {PQgetvalue(rows.get(), i, kTableOid), PQgetvalue(rows.get(), i, kCtid), error.c_str(),
+         retry_interval.c_str()}));
   }
+  // Marked per partition (tableoid): one statement for a plain table.
+  std::map<std::string, std::vector<std::string>> done;  // tableoid -> ctids
   for (int i = 0; i < n; ++i) {
     if (batch[i].state == State::kPublished || batch[i].state == State::kDeadLettered) {
-      done.emplace_back(PQgetvalue(rows.get(), i, kCtid));
+      done[PQgetvalue(rows.get(), i, kTableOid)].emplace_back(PQgetvalue(rows.get(), i, kCtid));
     }
   }
-  if (!done.empty()) {
-    const std::string tids = TidArray(done);
+  for (const auto& [table_oid, ctids] : done) {
+    const std::string tids = TidArray(ctids);
     WALRELAY_RETURN_IF_ERROR(Exec(conn_,
                                   "UPDATE " + QuoteQualifiedName(table) +
-                                      " SET published_at = now() WHERE ctid = ANY($1::tid[])",
-                                  "marking published rows", {tids.c_str()}));
+                                      " SET published_at = now() WHERE tableoid = $1::oid AND "
+                                      "ctid = ANY($2::tid[])",
+                                  "marking published rows", {table_oid.c_str(), tids.c_str()}));
   }
   WALRELAY_RETURN_IF_ERROR(Exec(conn_, "COMMIT", "COMMIT"));
   return static_cast<uint64_t>(n);

@@ -7,12 +7,13 @@
 // One poll, per outbox table, is one transaction:
 //
 //   BEGIN
-//   SELECT ctid, id, retry_count, <mapped columns> FROM outbox
+//   SELECT tableoid, ctid, id, retry_count, xmin, <mapped columns> FROM outbox
 //    WHERE published_at IS NULL AND (retry_at IS NULL OR retry_at <= now())
 //          [AND shard] [AND older-transactions gate]
 //    ORDER BY id LIMIT poll_batch_rows FOR UPDATE SKIP LOCKED
 //   produce every row; wait until Kafka acked (or refused) every record
-//   UPDATE outbox SET published_at = now() WHERE ctid = ANY(acked or dead-lettered rows)
+//   UPDATE outbox SET published_at = now()
+//    WHERE tableoid = <partition> AND ctid = ANY(acked or dead-lettered rows of it)
 //   UPDATE outbox SET retry_count = retry_count + 1, last_error, retry_at  (failed rows)
 //   COMMIT
 //
@@ -28,7 +29,13 @@
 // kafka_topic_error_timeout / poll_max_attempts, so a topic gets about as long to appear
 // as in WAL mode), committed with the batch, so its batch-mates are published by the same
 // poll; after poll_max_attempts such failures it is dead-lettered with the last reason.
-// A row waiting for its retry_at does not hold back later rows (of other topics). A failed dead-letter write fails the poll (rolled back, retried):
+// A row waiting for its retry (failed at least once, not yet published) holds back the
+// later rows of its aggregate, whatever their topic, and only those: the poll's SELECT
+// skips a row that has such an earlier row (PollWaitingIndexSql's partial index answers
+// that), and within a poll the rows after a failed row of the same aggregate are left
+// untouched (not produced, no attempt counted). So an aggregate's events are published in
+// id order also across a topic that appears late (the other aggregates flow meanwhile);
+// a dead-lettered row stops holding back its aggregate. A failed dead-letter write fails the poll (rolled back, retried):
 // an event is published, dead-lettered, or still unpublished, never dropped.
 //
 // Dead letters of the poller are keyed (dead_letter.h) by slot "poll:<slot>", commit_lsn
@@ -85,6 +92,10 @@ inline constexpr std::string_view kPublishedAtColumn = "published_at";
 inline constexpr std::string_view kRetryCountColumn = "retry_count";
 inline constexpr std::string_view kLastErrorColumn = "last_error";
 inline constexpr std::string_view kRetryAtColumn = "retry_at";
+
+// The predicate over table alias `alias` of a row that waits for its retry: it failed at
+// least once and is not published yet.
+std::string PollWaitingPredicate(std::string_view alias);
 
 // The slot label of the poller's dead letters (dead_letter.h keys letters by it): "poll:"
 // and source.slot, apart from the WAL relay's letters of the same slot.

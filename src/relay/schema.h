@@ -44,12 +44,21 @@ inline std::string PartitionedOutboxTableDdl(std::string_view qualified_table) {
 // Autovacuum settings for a queue table (docs/operations.md section 4): vacuum after a
 // fixed number of dead (or inserted) rows instead of a fraction of a table that may be
 // huge; rows are never updated, so fillfactor stays 100. `walrelay setup` applies them to
-// the outbox tables it creates.
+// the outbox tables it creates or finds. Storage parameters belong to tables that hold
+// rows: on a partitioned outbox (PostgreSQL refuses them on the parent) they go to every
+// leaf partition there is, through pg_partition_tree (a plain table gets them itself).
+// One statement; REQUIRES: the table exists.
 inline std::string QueueTableStorageSql(std::string_view qualified_table) {
-  return "ALTER TABLE " + QuoteQualifiedName(qualified_table) +
-         " SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, "
-         "autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = "
-         "100000, autovacuum_vacuum_cost_delay = 0, fillfactor = 100)";
+  const std::string table = QuoteLiteral(QuoteQualifiedName(qualified_table)) + "::regclass";
+  return "DO $walrelay$ DECLARE leaf regclass; BEGIN\n"
+         "FOR leaf IN SELECT oid FROM pg_class WHERE oid = " + table + " AND relkind = 'r' "
+         "UNION SELECT relid FROM pg_partition_tree(" + table + ") WHERE isleaf LOOP\n"
+         "  EXECUTE format('ALTER TABLE %s SET (autovacuum_vacuum_scale_factor = 0, "
+         "autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_insert_scale_factor = 0, "
+         "autovacuum_vacuum_insert_threshold = 100000, autovacuum_vacuum_cost_delay = 0, "
+         "fillfactor = 100)', leaf);\n"
+         "END LOOP;\n"
+         "END $walrelay$";
 }
 
 // The polling publisher's state columns (poller.h), added to an outbox table by `walrelay
@@ -62,15 +71,32 @@ inline std::string PollColumnsSql(std::string_view qualified_table) {
          " ADD COLUMN IF NOT EXISTS retry_at timestamptz";
 }
 
-// The partial index the poll reads (only unpublished rows, in id order), built without
-// blocking writers. Idempotent; a failed build leaves an invalid index that the table
-// health metrics report (drop it and run setup again).
-inline std::string PollIndexSql(std::string_view qualified_table, std::string_view id_column) {
+// The partial indexes the poll reads: `<table>_unpublished` (only unpublished rows, in id
+// order) and `<table>_waiting` (rows waiting for a retry, by aggregate: the poll holds back
+// the later rows of their aggregates, poller.h). Built without blocking writers
+// (CONCURRENTLY) on a plain table; PostgreSQL cannot build an index concurrently on a
+// partitioned table, so on one (`partitioned`) it is built on the parent and every
+// partition in one statement, which blocks writes to the table while it builds: run setup
+// on a partitioned outbox at a quiet moment. Idempotent; a failed concurrent build leaves
+// an invalid index that the table health metrics report (drop it and run setup again).
+inline std::string PollIndexName(std::string_view qualified_table, std::string_view suffix) {
   auto name = ParseQualifiedName(qualified_table);
-  const std::string index = (name.ok() ? name->name : std::string("outbox")) + "_unpublished";
-  return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + QuoteIdentifier(index) + " ON " +
-         QuoteQualifiedName(qualified_table) + " (" + QuoteIdentifier(id_column) +
+  return (name.ok() ? name->name : std::string("outbox")) + std::string(suffix);
+}
+inline std::string PollIndexSql(std::string_view qualified_table, std::string_view id_column,
+                                bool partitioned = false) {
+  return std::string(partitioned ? "CREATE INDEX" : "CREATE INDEX CONCURRENTLY") +
+         " IF NOT EXISTS " + QuoteIdentifier(PollIndexName(qualified_table, "_unpublished")) +
+         " ON " + QuoteQualifiedName(qualified_table) + " (" + QuoteIdentifier(id_column) +
          ") WHERE published_at IS NULL";
+}
+inline std::string PollWaitingIndexSql(std::string_view qualified_table,
+                                       std::string_view aggregate_id_column,
+                                       std::string_view id_column, bool partitioned = false) {
+  return std::string(partitioned ? "CREATE INDEX" : "CREATE INDEX CONCURRENTLY") +
+         " IF NOT EXISTS " + QuoteIdentifier(PollIndexName(qualified_table, "_waiting")) + " ON " +
+         QuoteQualifiedName(qualified_table) + " (" + QuoteIdentifier(aggregate_id_column) + ", " +
+         QuoteIdentifier(id_column) + ") WHERE published_at IS NULL AND retry_at IS NOT NULL";
 }
 
 // The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Created

@@ -103,6 +103,93 @@ TEST_F(SetupTest, PartitionedOutboxWithAWeekOfPartitionsAhead) {
             "t");
 }
 
+// Issue 27, item 7: setup on an outbox the user made partitioned (range, list, hash),
+// not one setup made. PostgreSQL refuses storage parameters on a partitioned parent and
+// CREATE INDEX CONCURRENTLY on a partitioned table: the queue-table settings go to every
+// leaf partition, the poll indexes are built on the parent and its partitions. Both modes,
+// twice each (idempotent).
+TEST_F(SetupTest, UserPartitionedOutboxOfEveryKindGoesThroughSetupInBothModes) {
+  const std::string columns =
+      "id bigint GENERATED ALWAYS AS IDENTITY, event_id uuid NOT NULL DEFAULT "
+      "gen_random_uuid(), aggregate_type text, aggregate_id text NOT NULL, topic text, "
+      "event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb, created_at timestamptz "
+      "NOT NULL DEFAULT now()";
+  ASSERT_TRUE(
+      pg_->Exec("CREATE TABLE o_range (" + columns +
+                ", PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);"
+                "CREATE TABLE o_range_a PARTITION OF o_range FOR VALUES FROM ('2000-01-01') TO "
+                "('2100-01-01');"
+                "CREATE TABLE o_range_b PARTITION OF o_range FOR VALUES FROM ('2100-01-01') TO "
+                "('2200-01-01') PARTITION BY RANGE (created_at);"  // two levels
+                "CREATE TABLE o_range_b1 PARTITION OF o_range_b FOR VALUES FROM ('2100-01-01') "
+                "TO ('2200-01-01');"
+                "CREATE TABLE o_list (" +
+                columns +
+                ", region text NOT NULL, PRIMARY KEY (id, region)) PARTITION BY LIST (region);"
+                "CREATE TABLE o_list_eu PARTITION OF o_list FOR VALUES IN ('eu');"
+                "CREATE TABLE o_hash (" +
+                columns +
+                ", PRIMARY KEY (id, aggregate_id)) PARTITION BY HASH (aggregate_id);"
+                "CREATE TABLE o_hash_0 PARTITION OF o_hash FOR VALUES WITH (MODULUS 2, REMAINDER "
+                "0);"
+                "CREATE TABLE o_hash_1 PARTITION OF o_hash FOR VALUES WITH (MODULUS 2, REMAINDER "
+                "1)")
+          .ok());
+  const std::string tables =
+      " --source-table public.o_range --source-table public.o_list --source-table public.o_hash";
+  for (const char* mode : {"wal", "poll"}) {
+    for (int i = 0; i < 2; ++i) {
+      CommandResult r = RunWalrelay("setup " + dsn_ + tables + " --source-mode " + mode);
+      ASSERT_EQ(r.code, 0) << mode << " run " << i << ": " << r.output;
+    }
+  }
+  const std::string settings =
+      "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000,"
+      "autovacuum_vacuum_insert_scale_factor=0,autovacuum_vacuum_insert_threshold=100000,"
+      "autovacuum_vacuum_cost_delay=0,fillfactor=100";
+  for (const char* leaf : {"o_range_a", "o_range_b1", "o_list_eu", "o_hash_0", "o_hash_1"}) {
+    EXPECT_EQ(Scalar("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = '" +
+                     std::string(leaf) + "'"),
+              settings)
+        << leaf;
+  }
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_class WHERE relname IN ('o_range', 'o_range_b', "
+                   "'o_list', 'o_hash') AND reloptions IS NULL"),
+            "4");
+  // Both poll indexes on every table, valid, and on every leaf through the parent's.
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+                   "WHERE c.relname ~ '^o_(range|list|hash)_(unpublished|waiting)$' AND "
+                   "i.indisvalid"),
+            "6");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid WHERE "
+                   "t.relname IN ('o_range_a', 'o_range_b1', 'o_list_eu', 'o_hash_0', "
+                   "'o_hash_1') AND pg_get_expr(i.indpred, i.indrelid) LIKE '%published_at IS "
+                   "NULL%'"),
+            "10");
+  EXPECT_EQ(Scalar("SELECT string_agg(tablename, ',' ORDER BY tablename) FROM "
+                   "pg_publication_tables WHERE pubname = 'walrelay_outbox'"),
+            "o_hash,o_list,o_range");
+}
+
+// Issue 27, item 2: setup never makes a slot anew where walrelay streamed one before (its
+// progress row exists): a slot made now would start now and skip every event committed
+// since the old one was lost or dropped. It says so, and `run` recovers or refuses.
+TEST_F(SetupTest, NoSlotAnewWhereWalrelayStreamedOneBefore) {
+  CommandResult first = RunWalrelay("setup " + dsn_);
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, bound_snapshot, bound_lsn) "
+                        "VALUES ('walrelay', '*', pg_current_snapshot(), "
+                        "pg_current_wal_insert_lsn());"
+                        "SELECT pg_drop_replication_slot('walrelay')")
+                  .ok());
+  CommandResult again = RunWalrelay("setup " + dsn_);
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  EXPECT_NE(again.output.find("replication slot walrelay was NOT created"), std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("`walrelay run` recovers it"), std::string::npos) << again.output;
+}
+
 TEST_F(SetupTest, CreatesTheSlotOfTheConfiguredPlugin) {
   CommandResult r = RunWalrelay("setup " + dsn_ + " --source-plugin wal2json");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -12,6 +12,7 @@
 
 #include "src/outbox/outbox.h"
 #include "src/relay/config.h"
+#include "src/relay/janitor.h"
 #include "src/relay/partitions.h"
 #include "src/relay/schema.h"
 #include "tests/relay/relay_fixture.h"
@@ -198,6 +199,58 @@ TEST_F(CleanupTest, JanitorDeliversEverythingAndEmptiesTheOutboxAt200000Events) 
 // Lost-slot recovery republishes from the outbox tables: with the rows deleted by their
 // writers there is nothing to republish, so the configuration refuses recovery, with the
 // way out; and the poll mode, which reads rows, refuses the design.
+// Issue 27, item 1, the janitor's twin: in a range-partitioned outbox, a round that
+// deletes the expired delivered rows of an old partition leaves the undelivered rows of
+// the current one, which sit at the same ctids, alone; in WAL mode (delivered = before the
+// recorded bound) and in poll mode (delivered = published_at). Before the fix the DELETE
+// matched ctids only and emptied the current partition too.
+TEST_F(CleanupTest, JanitorDeletesOnlyTheDeliveredRowsOfTheOldPartition) {
+  for (const bool poll : {false, true}) {
+    SCOPED_TRACE(poll ? "poll mode" : "WAL mode");
+    ASSERT_TRUE(pg_->Exec("DROP TABLE IF EXISTS pout; DROP TABLE IF EXISTS walrelay_progress;" +
+                          PartitionedOutboxTableDdl("public.pout") + ";" +
+                          PollColumnsSql("public.pout") +
+                          ";CREATE TABLE pout_old PARTITION OF pout FOR VALUES FROM "
+                          "('2000-01-01') TO ('2020-01-01');"
+                          "CREATE TABLE pout_now PARTITION OF pout FOR VALUES FROM "
+                          "('2020-01-01') TO ('2200-01-01');" +
+                          ProgressTableDdl("walrelay_progress"))
+                    .ok());
+    // 100 delivered rows in the old partition, then the bound, then 100 undelivered rows
+    // (inserted after the bound, not published) in the current one.
+    ASSERT_TRUE(pg_->Exec("INSERT INTO pout (aggregate_id, event_type, payload, created_at, "
+                          "published_at) SELECT 'a', 'E', '{}', '2001-01-01', now() FROM "
+                          "generate_series(1, 100)")
+                    .ok());
+    ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, bound_snapshot, "
+                          "bound_lsn) VALUES ('walrelay', '*', pg_current_snapshot(), '0/0')")
+                    .ok());
+    ASSERT_TRUE(pg_->Exec("INSERT INTO pout (aggregate_id, event_type, payload) SELECT 'b', 'E', "
+                          "'{}' FROM generate_series(1, 100)")
+                    .ok());
+    // Most ctids stand in both partitions (the rows differ in width a little).
+    ASSERT_GE(std::stoi(*pg_->QueryScalar("SELECT count(*) FROM pout_now WHERE ctid IN (SELECT "
+                                          "ctid FROM pout_old)")),
+              50);
+    JanitorOptions o;
+    o.conninfo = pg_->conninfo();
+    o.slot = "walrelay";
+    o.progress_table = "walrelay_progress";
+    o.tables = {"public.pout"};
+    o.created_at_column = "created_at";
+    o.retention = 1ms;
+    o.batch_rows = 30;
+    o.poll_mode = poll;
+    OutboxJanitor janitor(o);
+    auto deleted = janitor.RunOnce();
+    ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+    EXPECT_EQ(*deleted, 100u);
+    EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pout_old"), "0");
+    EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pout_now"), "100")
+        << "undelivered rows of the current partition were deleted";
+  }
+}
+
 TEST_F(CleanupTest, SameTransactionRefusesRecoveryAndPollMode) {
   config_.outbox_cleanup = OutboxCleanup::kSameTransaction;
   Status st = config_.Validate();

@@ -28,6 +28,7 @@ class PollTest : public RelayTest {
     if (HasFatalFailure()) return;
     ASSERT_TRUE(pg_->Exec(PollColumnsSql("public.outbox")).ok());
     ASSERT_TRUE(pg_->Exec(PollIndexSql("public.outbox", "id")).ok());
+    ASSERT_TRUE(pg_->Exec(PollWaitingIndexSql("public.outbox", "aggregate_id", "id")).ok());
     config_.source_mode = SourceMode::kPoll;
     config_.poll_interval = 20ms;
   }
@@ -332,6 +333,106 @@ TEST_F(PollTest, JanitorDeletesOnlyPublishedRows) {
   EXPECT_EQ(Count("SELECT count(*) FROM outbox WHERE aggregate_id = 'a' AND published_at IS NULL"),
             1u);
   EXPECT_EQ(DistinctEventIds(100, 30s).size(), 100u);
+}
+
+// Issue 27, item 1: in a partitioned outbox every partition has rows at (0,1), (0,2), ...,
+// so a row is named by (tableoid, ctid). A list-partitioned table the user made, 500 rows
+// in each partition, polled in batches of 50 after `walrelay setup --source-mode poll` on
+// it (item 7: its indexes cannot be built concurrently): all 1,000 events arrive, once.
+// Before the fix a batch of one partition also marked the rows at the same ctids of the
+// other as published, and 500 were never produced.
+TEST_F(PollTest, ListPartitionedOutboxPublishesEveryRowOfEveryPartition) {
+  ASSERT_TRUE(
+      pg_->Exec("CREATE TABLE public.pout (id bigint GENERATED ALWAYS AS IDENTITY, event_id uuid "
+                "NOT NULL DEFAULT gen_random_uuid(), aggregate_type text, aggregate_id text NOT "
+                "NULL, topic text, event_type text NOT NULL, payload jsonb NOT NULL, headers "
+                "jsonb, created_at timestamptz NOT NULL DEFAULT now(), region text NOT NULL, "
+                "PRIMARY KEY (id, region)) PARTITION BY LIST (region);"
+                "CREATE TABLE public.pout_eu PARTITION OF public.pout FOR VALUES IN ('eu');"
+                "CREATE TABLE public.pout_us PARTITION OF public.pout FOR VALUES IN ('us')")
+          .ok());
+  config_.tables = {"public.pout"};
+  config_.poll_batch_rows = 50;
+  Status setup = cli::RunSetup(config_, /*create_tables=*/true, /*dry_run=*/false);
+  ASSERT_TRUE(setup.ok()) << setup.ToString();
+  for (const char* index : {"pout_unpublished", "pout_waiting"}) {
+    EXPECT_EQ(Count("SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                    "WHERE c.relname = '" + std::string(index) + "'"),
+              1u)
+        << index;
+  }
+  for (const auto& [region, first] : {std::pair{"eu", 0}, std::pair{"us", 500}}) {
+    ASSERT_TRUE(pg_->Exec("INSERT INTO pout (aggregate_type, aggregate_id, event_type, payload, "
+                          "region) SELECT 'payment', 'agg-' || (g % 20), 'E', "
+                          "jsonb_build_object('seq', g), '" +
+                          std::string(region) + "' FROM generate_series(" +
+                          std::to_string(first) + ", " + std::to_string(first + 499) + ") g")
+                    .ok());
+  }
+  StartPolling();
+  for (int i = 0; i < 600 && Count("SELECT count(*) FROM pout WHERE published_at IS NULL") > 0;
+       ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(Count("SELECT count(*) FROM pout WHERE published_at IS NULL"), 0u);
+  const std::set<std::string> ids = DistinctEventIds(1000, 30s);
+  EXPECT_EQ(ids.size(), 1000u) << "rows marked published without being produced";
+  EXPECT_EQ(Count("SELECT count(*) FROM pout WHERE event_id::text = ANY('{" +
+                  [&] {
+                    std::string list;
+                    for (const std::string& id : ids) list += (list.empty() ? "" : ",") + id;
+                    return list;
+                  }() +
+                  "}'::text[])"),
+            1000u)
+      << "the events that arrived are not the table's";
+  EXPECT_EQ(relay_->stats().events_acked.load(), 1000u);
+}
+
+// Issue 27, item 5: a row whose topic is missing waits for its retry; the later rows of
+// its aggregate wait with it (other aggregates flow), so the consumer sees the aggregate
+// in id order once the topic exists. Before the fix the second event was published first.
+TEST_F(PollTest, RowWaitingForItsTopicHoldsBackTheLaterRowsOfItsAggregate) {
+  config_.poll_max_attempts = 100;
+  config_.kafka_topic_error_timeout = 300s;  // a failed row is retried 3 s later
+  // The topic exists in the mock but answers as missing until the error is cleared.
+  ASSERT_TRUE(kafka_->CreateTopic("outbox.late", 1, 3).ok());
+  kafka_->SetTopicError("outbox.late", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  auto insert = [&](const char* aggregate, int seq) {
+    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                          "payload) VALUES ('payment', '" +
+                          std::string(aggregate) + "', 'outbox.late', 'E', '{\"seq\": " +
+                          std::to_string(seq) + "}')")
+                    .ok());
+  };
+  insert("x", 1);
+  StartPolling();
+  for (int i = 0; i < 250 && Count("SELECT retry_count FROM outbox WHERE aggregate_id = 'x'") < 1;
+       ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(Count("SELECT retry_count FROM outbox WHERE aggregate_id = 'x'"), 1u);
+  kafka_->SetTopicError("outbox.late", 0);
+  insert("x", 2);
+  insert("y", 3);
+  for (int i = 0; i < 100 && Count("SELECT count(*) FROM outbox WHERE aggregate_id = 'y' AND "
+                                   "published_at IS NOT NULL") == 0;
+       ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(Count("SELECT count(*) FROM outbox WHERE aggregate_id = 'y' AND published_at IS NOT "
+                  "NULL"),
+            1u)
+      << "another aggregate was held back";
+  EXPECT_EQ(Count("SELECT count(*) FROM outbox WHERE published_at IS NULL"), 2u)
+      << "x's second event was published while its first waits for its retry";
+  ASSERT_TRUE(WaitAllPublished(30s));
+  const auto records = kafka::testing::ConsumeAll(kafka_->bootstraps(), "outbox.late", 1, 3, 20s);
+  std::vector<std::string> order;
+  for (const ConsumedRecord& r : records) order.push_back(r.key + ":" + r.value);
+  EXPECT_EQ(order, (std::vector<std::string>{"y:{\"seq\": 3}", "x:{\"seq\": 1}",
+                                             "x:{\"seq\": 2}"}));
+  EXPECT_EQ(relay_->stats().poll_failed_produces.load(), 1u) << "the held row counted attempts";
 }
 
 TEST_F(PollTest, TablesWithoutThePollColumnsAreRefusedWithTheFix) {
