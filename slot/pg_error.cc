@@ -34,8 +34,12 @@ std::string Join(std::string_view context, std::string_view message, std::string
 
 std::string ReplicationFix(std::string_view role) {
   std::string r = role.empty() ? std::string("<role>") : std::string(role);
-  return "role " + r + " needs the REPLICATION attribute: run ALTER ROLE " + r +
-         " REPLICATION as a superuser (or connect as a role that has it)";
+  return "role " + r + " may not open replication connections. Fix: self-hosted, Azure "
+         "Flexible Server or Cloud SQL: ALTER ROLE " + r +
+         " REPLICATION (as a superuser, a member of azure_pg_admin, or of cloudsqlsuperuser); "
+         "Amazon RDS or Aurora: GRANT rds_replication TO " + r +
+         " (as the master user), with rds.logical_replication = 1 in the parameter group; "
+         "docs/operations.md section 7";
 }
 
 }  // namespace

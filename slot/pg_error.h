@@ -129,6 +129,14 @@ std::chrono::milliseconds ClientWaitBound(PGconn* conn);
 Status CreateTableIfMissing(PGconn* conn, const std::string& table, const std::string& create_ddl,
                             std::string_view context);
 
+// True when the connected role may replicate as far as the catalog tells: REPLICATION,
+// superuser, or (Amazon RDS and Aurora) membership in rds_replication. A hint for mapping
+// a refused replication connection only: whether replication works is found by trying it.
+inline constexpr const char* kMayReplicateSql =
+    "SELECT rolreplication OR rolsuper OR CASE WHEN to_regrole('rds_replication') IS NULL "
+    "THEN false ELSE pg_has_role(current_user, 'rds_replication', 'MEMBER') END FROM pg_roles "
+    "WHERE rolname = current_user";
+
 // Server settings for a session, sent in the startup packet (libpq `options`, "-c name=value").
 struct SessionSettings {
   // synchronous_commit = local: a COMMIT waits for the local WAL flush only, never for a

@@ -58,9 +58,7 @@ Result<std::unique_ptr<ReplicationConnection>> ReplicationConnection::Connect(
       // over a normal connection whether the role may replicate.
       auto plain = ConnectPg(conninfo, "false", "replication privilege probe");
       if (plain.ok()) {
-        PgResultPtr r(PQexec(plain->get(),
-                             "SELECT rolreplication OR rolsuper FROM pg_roles "
-                             "WHERE rolname = current_user"));
+        PgResultPtr r(PQexec(plain->get(), kMayReplicateSql));
         if (r && PQresultStatus(r.get()) == PGRES_TUPLES_OK && PQntuples(r.get()) == 1 &&
             Value(r.get(), 0, 0) == "f") {
           const char* user = PQuser(plain->get());

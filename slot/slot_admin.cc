@@ -214,14 +214,6 @@ Status SlotAdmin::EmitMessage(bool transactional, std::string_view prefix,
   return Status::Ok();
 }
 
-Result<bool> SlotAdmin::HasReplicationPrivilege() {
-  WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("checking the REPLICATION attribute",
-                                                 "SELECT rolreplication OR rolsuper FROM pg_roles "
-                                                 "WHERE rolname = current_user"));
-  if (PQntuples(r.get()) != 1) return InternalError("current_user not found in pg_roles");
-  return Value(r.get(), 0, 0) == "t";
-}
-
 Result<ServerSettings> SlotAdmin::GetServerSettings() {
   WALRELAY_ASSIGN_OR_RETURN(
       PgResultPtr r,

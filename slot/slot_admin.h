@@ -152,8 +152,6 @@ class SlotAdmin {
   Result<std::optional<int>> SlotLockHolder(std::string_view slot_name);
 
   Result<ServerSettings> GetServerSettings();
-  // Whether the connected role may open replication connections (REPLICATION or superuser).
-  Result<bool> HasReplicationPrivilege();
   Result<Lsn> CurrentWalLsn();
 
   // pg_logical_emit_message(transactional, prefix, content): a message every logical slot

@@ -70,9 +70,13 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
         const bool polling = relay.stats().polling.load() == 1;
         const bool streaming = relay.stats().streaming.load() == 1 || polling;
         const bool standby = relay.stats().standby.load() == 1;
+        const bool recovering = relay.stats().recovering.load() == 1;
         const std::string now =
-            polling     ? std::string("polling the outbox tables")
-            : streaming ? "streaming slot " + config.slot
+            polling      ? std::string("polling the outbox tables")
+            : recovering ? "recovering slot " + config.slot + ": republishing " +
+                               std::to_string(relay.stats().recovery_rows_expected.load()) +
+                               " rows from the outbox tables (progress in the log)"
+            : streaming  ? "streaming slot " + config.slot
             : standby ? "standby: slot " + config.slot + " is held by process " +
                             std::to_string(relay.stats().standby_for.load())
                       : "connecting (the log says why not streaming)";

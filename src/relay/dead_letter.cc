@@ -116,6 +116,11 @@ Result<std::unique_ptr<DeadLetterWriter>> DeadLetterWriter::Open(const slot::Con
 DeadLetterWriter::DeadLetterWriter(slot::PgConnPtr conn, std::string insert_sql, std::string slot)
     : conn_(std::move(conn)), insert_sql_(std::move(insert_sql)), slot_(std::move(slot)) {}
 
+Status DeadLetterWriter::KeepAlive() {
+  return slot::ExecPg(conn_.get(), "SELECT 1", {}, "keeping the dead-letter connection alive")
+      .status();
+}
+
 Status DeadLetterWriter::Write(const DeadLetter& l) {
   const std::string lsn = l.commit_lsn.ToString();
   const std::string ordinal = std::to_string(l.ordinal);

@@ -64,6 +64,9 @@ class DeadLetterSink {
  public:
   virtual ~DeadLetterSink() = default;
   virtual Status Write(const DeadLetter& letter) = 0;
+  // A statement on the sink's connection, if it has one, so that it does not sit idle
+  // through long work (idle_session_timeout, NAT idle cutoffs).
+  virtual Status KeepAlive() { return Status::Ok(); }
 };
 
 // Counts and logs letters without storing them: for replaying recordings, where no source
@@ -95,6 +98,7 @@ class DeadLetterWriter : public DeadLetterSink {
   // failure is kUnavailable with the server's reason (the session restarts and writes it
   // again).
   Status Write(const DeadLetter& letter) override;
+  Status KeepAlive() override;
 
  private:
   DeadLetterWriter(slot::PgConnPtr conn, std::string insert_sql, std::string slot);

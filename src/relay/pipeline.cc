@@ -93,6 +93,7 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
   confirm_before_ack_ = ConfirmBeforeAckFailpoint();
+  confirm_limit_ = options_.confirm_limit;
   sink_.SetDeliveryHandler(
       [this](uint64_t cookie, const Status& st, size_t bytes,
              const kafka::DeliveredRecord* record) { OnDelivery(cookie, st, bytes, record); });
@@ -437,9 +438,35 @@ Status Pipeline::HandleWal2Json(const slot::XLogData& x) {
   return Status::Ok();
 }
 
-Status Pipeline::SendStatus(bool reply_requested) {
+Lsn Pipeline::Acked() const {
   Lsn flush = tracker_.FlushLsn();
   if (confirm_before_ack_) flush = std::max(flush, received_);  // the test failpoint
+  return flush;
+}
+
+Lsn Pipeline::confirmable_lsn() const {
+  return options_.record_confirmable ? std::min(Acked(), confirm_limit_) : Acked();
+}
+
+Status Pipeline::RaiseConfirmLimit(bool now) {
+  if (!options_.record_confirmable) return Status::Ok();
+  const Lsn acked = Acked();
+  if (acked <= confirm_limit_) return Status::Ok();
+  const auto clock = Clock::now();
+  if (!now && clock < next_record_) return Status::Ok();
+  WALRELAY_RETURN_IF_ERROR(options_.record_confirmable(acked));
+  confirm_limit_ = acked;
+  // While events flow, soon again; idle, seldom: the record itself writes WAL, which the
+  // next keepalive would offer to confirm, and so on.
+  const bool events = tracker_.FlushedEventsTotal() != events_at_record_;
+  events_at_record_ = tracker_.FlushedEventsTotal();
+  next_record_ = clock + (events ? milliseconds(100) : milliseconds(10000));
+  return Status::Ok();
+}
+
+Status Pipeline::SendStatus(bool reply_requested, bool final) {
+  WALRELAY_RETURN_IF_ERROR(RaiseConfirmLimit(final));
+  const Lsn flush = confirmable_lsn();
   WALRELAY_RETURN_IF_ERROR(
       source_.SendStatus(std::max(received_, flush), flush, flush, reply_requested));
   reported_events_total_ = tracker_.FlushedEventsTotal();
@@ -507,7 +534,10 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     if (AtCapacity()) {
       // Backpressure: read nothing; serve acks, and confirm at once what became
       // confirmable so the window reopens without waiting for the status period.
-      if (tracker_.FlushLsn() != last_sent_flush_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+      if (Acked() != last_sent_flush_) {
+        WALRELAY_RETURN_IF_ERROR(RaiseConfirmLimit(false));
+        if (confirmable_lsn() != last_sent_flush_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
+      }
       sink_.Poll(milliseconds(5));
       continue;
     }
@@ -541,9 +571,9 @@ Status Pipeline::Drain() {
                config_.shutdown_timeout.count(), tracker_.InFlightEvents());
   Status flushed = sink_.Flush(config_.shutdown_timeout);
   if (!delivery_failure_.ok()) spdlog::warn("{}", delivery_failure_.ToString());
-  Status st = SendStatus(false);
+  Status st = SendStatus(false, /*final=*/true);
   spdlog::info("stopped at flush position {} ({} events still unacked will be replayed)",
-               tracker_.FlushLsn().ToString(), tracker_.InFlightEvents());
+               confirmable_lsn().ToString(), tracker_.InFlightEvents());
   (void)flushed;
   return st;
 }

@@ -157,6 +157,14 @@ class Pipeline {
     // Topic-scoped failures across sessions (bounded retry, then dead letters); null =
     // every such failure ends the session.
     TopicErrors* topic_errors = nullptr;
+    // The slot's trust (invariant 11, progress.h): set, the pipeline confirms no further
+    // than the last position it recorded through it, and records a new one (everything
+    // before it acked or dead-lettered) before confirming it: at most every 100 ms while
+    // events flow, every 10 s while idle (a record writes WAL, which an idle stream would
+    // confirm again), and at the drain. An error ends the session. Null: no gate (a
+    // recording, the benchmarks). `confirm_limit` is the position recorded before.
+    std::function<Status(Lsn)> record_confirmable;
+    Lsn confirm_limit;
   };
 
   // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
@@ -174,6 +182,8 @@ class Pipeline {
   Status Run(const std::atomic<bool>& stop);
 
   Lsn flush_lsn() const { return tracker_.FlushLsn(); }
+  // The position the pipeline may confirm now: flush_lsn() within the recorded limit.
+  Lsn confirmable_lsn() const;
 
   // The flush position last sent to PostgreSQL (the slot's confirmed position): every
   // transaction whose commit ended at or before it was acked by Kafka or dead-lettered.
@@ -197,7 +207,13 @@ class Pipeline {
   Status CheckTopic(std::string_view topic, std::string* dead_letter_reason);
   DeadLetter LetterForCurrent(std::string_view source, std::string_view reason,
                               std::string_view payload) const;
-  Status SendStatus(bool reply_requested);
+  // Sends the standby status update; `final` records the position at once (the drain).
+  Status SendStatus(bool reply_requested, bool final = false);
+  // What is acked (tracker_, or the failpoint's received position): before the gate.
+  Lsn Acked() const;
+  // Records Acked() through options_.record_confirmable when it passed the limit and the
+  // rate allows it (or `now`).
+  Status RaiseConfirmLimit(bool now);
   Status Drain();
   void OnHeartbeat(std::string_view content);
   void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
@@ -258,6 +274,9 @@ class Pipeline {
   // confirm WAL the server never sent, skipping it for good).
   Lsn frame_end_;
   Lsn last_sent_flush_;
+  Lsn confirm_limit_;  // options_.confirm_limit, then each position recorded
+  std::chrono::steady_clock::time_point next_record_;
+  uint64_t events_at_record_ = 0;  // tracker_.FlushedEventsTotal() at the last record
   uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
   // Committed transactions not yet fully acked, with their commit time (commit-to-ack
   // latency).

@@ -52,7 +52,8 @@ uint64_t SnapshotBound::Xmax() const {
 Result<Progress> ProgressStore::Load(const std::string& slot) {
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgResultPtr r, Exec("SELECT source, recovering, bound_snapshot::text, bound_lsn::text, "
-                                "extract(epoch FROM updated_at)::bigint FROM " +
+                                "extract(epoch FROM updated_at)::bigint, delivered_lsn::text, "
+                                "slot_origin, backfill_after_id FROM " +
                                     table_ + " WHERE slot = $1",
                                 {slot}, "reading recovery progress"));
   Progress p;
@@ -61,6 +62,13 @@ Result<Progress> ProgressStore::Load(const std::string& slot) {
     if (std::string_view(PQgetvalue(r.get(), i, 0)) != "*") continue;  // an older version's
     p.recovering = std::string_view(PQgetvalue(r.get(), i, 1)) == "t";
     p.updated_at_unix = std::stoll(PQgetvalue(r.get(), i, 4));
+    if (!PQgetisnull(r.get(), i, 5)) {
+      auto delivered = Lsn::Parse(PQgetvalue(r.get(), i, 5));
+      if (!delivered) return DataLossError("progress table: bad delivered_lsn for slot " + slot);
+      p.delivered = *delivered;
+    }
+    p.slot_origin = PQgetvalue(r.get(), i, 6);
+    p.backfill_after_id = PQgetvalue(r.get(), i, 7);
     if (PQgetisnull(r.get(), i, 2) || PQgetisnull(r.get(), i, 3)) continue;
     auto lsn = Lsn::Parse(PQgetvalue(r.get(), i, 3));
     if (!lsn) return DataLossError("progress table: bad bound_lsn for slot " + slot);
@@ -96,6 +104,36 @@ Status ProgressStore::SetRecovering(const std::string& slot, bool recovering) {
                   "now()",
               {slot, recovering ? "true" : "false"}, "marking recovery")
       .status();
+}
+
+Status ProgressStore::SetColumn(const std::string& slot, std::string_view column,
+                                std::string_view type, const std::string& value,
+                                std::string_view what) {
+  const std::string c(column), cast = "$2::" + std::string(type);
+  std::vector<const char*> values = {slot.c_str(), value.empty() ? nullptr : value.c_str()};
+  return slot::ExecPg(conn_.get(),
+                      "INSERT INTO " + table_ + " AS p (slot, source, " + c + ") VALUES ($1, '*', " +
+                          cast + ") ON CONFLICT (slot, source) DO UPDATE SET " + c +
+                          " = EXCLUDED." + c + ", updated_at = now()",
+                      values, what)
+      .status();
+}
+
+Status ProgressStore::SaveDelivered(const std::string& slot, Lsn lsn) {
+  return SetColumn(slot, "delivered_lsn", "pg_lsn", lsn.ToString(),
+                   "recording the delivered position");
+}
+
+Status ProgressStore::SaveSlotOrigin(const std::string& slot, std::string_view origin) {
+  return SetColumn(slot, "slot_origin", "text", std::string(origin), "recording the slot's origin");
+}
+
+Status ProgressStore::SaveBackfillAfterId(const std::string& slot, const std::string& id) {
+  return SetColumn(slot, "backfill_after_id", "text", id, "recording the backfill's progress");
+}
+
+Status ProgressStore::KeepAlive() {
+  return Exec("SELECT 1", {}, "keeping the progress connection alive").status();
 }
 
 std::string DeliveredBeforeBoundPredicate(std::string_view progress_table, std::string_view slot) {

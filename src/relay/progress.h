@@ -50,6 +50,16 @@ struct Progress {
   // when none was recorded yet (or the row was written by a version that recorded ids).
   std::optional<SnapshotBound> bound;
   int64_t updated_at_unix = 0;  // when the slot's row was last written
+  // The slot's trust (invariant 11): the relay confirms the slot no further than
+  // `delivered`, and records it before it confirms, so a slot whose confirmed_flush_lsn is
+  // past it was made or moved by something else (setup or a hand after the slot was lost, a
+  // failover, another client) and misses the events between. Absent: written by a version
+  // that did not record it (the slot is adopted as it is).
+  std::optional<Lsn> delivered;
+  std::string slot_origin;  // "run", "recovery", "republish", "adopted"; "" unknown
+  // An unfinished backfill had every row up to this id (outbox.columns id) acked: its redo
+  // starts after it. Empty: none, or the backfill does not order by id.
+  std::string backfill_after_id;
 };
 
 class ProgressStore {
@@ -69,10 +79,22 @@ class ProgressStore {
   // streamed. REQUIRES: every transaction visible in bound.snapshot was delivered.
   Status SaveBound(const std::string& slot, const SnapshotBound& bound);
   Status SetRecovering(const std::string& slot, bool recovering);
+  // Records that everything before `lsn` was delivered (Progress::delivered): the relay
+  // may confirm the slot up to it. REQUIRES: true of `lsn`.
+  Status SaveDelivered(const std::string& slot, Lsn lsn);
+  Status SaveSlotOrigin(const std::string& slot, std::string_view origin);
+  // "" clears it.
+  Status SaveBackfillAfterId(const std::string& slot, const std::string& id);
+  // A statement, so that the connection does not sit idle through a long backfill
+  // (idle_session_timeout, NAT idle cutoffs).
+  Status KeepAlive();
 
  private:
   ProgressStore(slot::PgConnPtr conn, std::string table)
       : conn_(std::move(conn)), table_(std::move(table)) {}
+  // INSERT or UPDATE one column of the slot's row; `value` is cast to `type`; "" = NULL.
+  Status SetColumn(const std::string& slot, std::string_view column, std::string_view type,
+                   const std::string& value, std::string_view what);
   Result<slot::PgResultPtr> Exec(const std::string& sql, const std::vector<std::string>& params,
                                  std::string_view what);
   slot::PgConnPtr conn_;

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <memory>
 
 #include "slot/pg_error.h"
@@ -125,37 +126,58 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo&
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats,
-                                const std::atomic<bool>* stop) {
+                                const BackfillControl& control) {
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "recovery connection"));
   WALRELAY_RETURN_IF_ERROR(
       Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN"));
-  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + QuoteLiteral(snapshot),
-                                "importing the snapshot"));
+  if (!snapshot.empty()) {
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + QuoteLiteral(snapshot),
+                                  "importing the snapshot"));
+  }
 
-  // The new slot's snapshot N (the transaction snapshot under REPEATABLE READ) and its
-  // xmax: every row visible in N was inserted by an xid below it.
+  // The snapshot N (the transaction snapshot under REPEATABLE READ) and its xmax: every row
+  // visible in N was inserted by an xid below it. A fresh N (a kept slot) is taken by this
+  // first statement, before the WAL position is read: every transaction visible in it
+  // committed at or before that position.
   const uint64_t bound_xmin = bound.Xmin();
   SnapshotBound new_bound;
   new_bound.lsn = consistent_point;
   uint64_t span = 0;
   {
-    WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r,
-                              slot::ExecPg(conn.get(), "SELECT pg_current_snapshot()::text", {},
-                                           "recovery: reading the snapshot"));
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn.get(),
+                     "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text", {},
+                     "recovery: reading the snapshot"));
     new_bound.snapshot = PQgetvalue(r.get(), 0, 0);
+    if (snapshot.empty()) {
+      auto lsn = Lsn::Parse(PQgetvalue(r.get(), 0, 1));
+      if (!lsn) return InternalError("recovery: pg_current_wal_insert_lsn() returned no LSN");
+      new_bound.lsn = *lsn;
+    }
     WALRELAY_ASSIGN_OR_RETURN(span, CheckBound(bound, new_bound.Xmax()));
   }
   RowSelection selection;
   selection.where = RecoveryPredicate(bound_xmin, span);
+  if (!control.after_id.empty() && !config.columns.id.empty() && config.tables.size() == 1) {
+    selection.where += " AND " + QuoteIdentifier(config.columns.id) + " > " +
+                       QuoteLiteral(control.after_id);
+  }
   selection.order_by = RowOrder(config, bound_xmin);
   selection.log_name = "recovery";
   selection.what = "inserted by transactions from xid " + std::to_string(bound_xmin) +
-                   " on, the oldest one running at the recorded bound";
+                   " on, the oldest one running at the recorded bound" +
+                   (control.after_id.empty() ? std::string()
+                                             : ", after id " + control.after_id +
+                                                   " (an earlier attempt had every row up "
+                                                   "to it acked)");
+  selection.keep_alive = control.keep_alive;
+  selection.on_progress = control.on_progress;
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
       PublishRows(config, conn.get(), selection, consistent_point, sink, dead_letters, stats,
-                  stop));
+                  control.stop));
   WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
   result.new_bound = std::move(new_bound);
   return result;
@@ -192,11 +214,50 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
   // the recovery, which would then be redone, and refused, forever.
   std::string refused_reason;
+  // The acked prefix (selection.on_progress): the rows in the order read, index = their
+  // ordinal, each done once acked or dead-lettered; the id of the last row of the done
+  // prefix is what a redo may resume after.
+  // One table only: ids of different tables do not order one another.
+  const bool track =
+      selection.on_progress && !config.columns.id.empty() && config.tables.size() == 1;
+  std::deque<std::pair<std::string, bool>> window;  // (id, done)
+  uint64_t window_first = 0;                        // ordinal of window.front()
+  std::string acked_through, reported_through;
+  auto mark_done = [&](uint64_t cookie) {  // cookie = ordinal + 1 (below)
+    if (!track || cookie == 0 || cookie - 1 < window_first) return;
+    const uint64_t at = cookie - 1 - window_first;
+    if (at < window.size()) window[at].second = true;
+  };
+  auto advance = [&] {
+    while (!window.empty() && window.front().second) {
+      acked_through = std::move(window.front().first);
+      window.pop_front();
+      ++window_first;
+    }
+  };
+  // Every loop turn: the watchdog sees the relay move; twice a second the caller's idle
+  // connections get a statement (invariant 12).
+  constexpr auto kKeepAliveEvery = std::chrono::milliseconds(500);
+  Clock::time_point next_keep_alive = Clock::now() + kKeepAliveEvery;
+  auto alive = [&]() -> Status {
+    stats.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+    if (!selection.keep_alive || Clock::now() < next_keep_alive) return Status::Ok();
+    next_keep_alive = Clock::now() + kKeepAliveEvery;
+    return selection.keep_alive();
+  };
+  auto save_progress = [&]() -> Status {
+    advance();
+    if (!track || acked_through == reported_through) return Status::Ok();
+    WALRELAY_RETURN_IF_ERROR(selection.on_progress(acked_through));
+    reported_through = acked_through;
+    return Status::Ok();
+  };
   ScopedDeliveryHandler handler(
-      sink, [&](uint64_t, const Status& st, size_t, const kafka::DeliveredRecord* record) {
+      sink, [&](uint64_t cookie, const Status& st, size_t, const kafka::DeliveredRecord* record) {
         --pending;
         if (st.ok()) {
           stats.events_acked.fetch_add(1, std::memory_order_relaxed);
+          mark_done(cookie);
           return;
         }
         if (!failure.ok()) return;
@@ -217,6 +278,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
             stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
             --result.published;
             ++result.dead_lettered;
+            mark_done(cookie);
             return;
           }
           failure = written;
@@ -238,6 +300,8 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
     spdlog::warn("{}: {} rows of {} to republish ({})", name, n, table, selection.what);
   }
   spdlog::warn("{}: {} rows to republish in all", name, result.expected);
+  stats.recovery_rows_expected.store(result.expected, std::memory_order_relaxed);
+  stats.recovery_rows_done.store(0, std::memory_order_relaxed);
   if (selection.count_only) return result;
 
   OutboxMapper mapper(config);
@@ -260,6 +324,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
                  final ? " on average" : "");
     last_report = now;
     last_report_done = done();
+    stats.recovery_rows_done.store(done(), std::memory_order_relaxed);
   };
   constexpr auto kReportEvery = std::chrono::seconds(10);
 
@@ -267,7 +332,9 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
     WALRELAY_ASSIGN_OR_RETURN(const bool payload_is_bytea,
                               PayloadIsBytea(conn, table, config.columns));
     const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " +
-                               OutboxRowSelectList(config.columns) + " FROM " +
+                               OutboxRowSelectList(config.columns) +
+                               (track ? ", " + QuoteIdentifier(config.columns.id) + "::text" : "") +
+                               " FROM " +
                                QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
                                selection.order_by;
     WALRELAY_RETURN_IF_ERROR(Exec(conn, select, "reading " + table));
@@ -279,6 +346,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       if (n == 0) break;
       for (int i = 0; i < n; ++i) {
         const OutboxRow row = OutboxRowAt(rows.get(), i, payload_is_bytea);
+        if (track) window.emplace_back(PQgetvalue(rows.get(), i, 7), false);
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
           DeadLetter l;
@@ -292,6 +360,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
           stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
           ++result.dead_lettered;
+          mark_done(ordinal);  // l.ordinal + 1
           continue;
         }
         SourcePosition position;
@@ -302,11 +371,19 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         FormatPosition(position, &position_text);
         RecordHeaders(event, position_text, config.header_names, &headers);
         ++ordinal;
-        while (pending >= static_cast<uint64_t>(config.max_in_flight_events)) {
+        // The in-flight cap; the acked-prefix window is capped too (a partition whose
+        // acks stall must not make it grow with every row read behind it).
+        const uint64_t cap = static_cast<uint64_t>(config.max_in_flight_events);
+        while (pending >= cap || (track && window.size() > 4 * cap)) {
           sink.Poll(std::chrono::milliseconds(10));
           if (!failure.ok()) return failure;
           if (stopped()) return cancelled();
-          if (Clock::now() - last_report >= kReportEvery) report(false);
+          WALRELAY_RETURN_IF_ERROR(alive());
+          advance();
+          if (Clock::now() - last_report >= kReportEvery) {
+            report(false);
+            WALRELAY_RETURN_IF_ERROR(save_progress());
+          }
         }
         Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal,
                                          /*timestamp_ms=*/0);  // commit time unknown
@@ -322,6 +399,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
           stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
           ++result.dead_lettered;
+          mark_done(ordinal);
           continue;
         }
         WALRELAY_RETURN_IF_ERROR(produced);
@@ -332,7 +410,11 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       sink.Poll(std::chrono::milliseconds(0));
       if (!failure.ok()) return failure;
       if (stopped()) return cancelled();
-      if (Clock::now() - last_report >= kReportEvery) report(false);
+      WALRELAY_RETURN_IF_ERROR(alive());
+      if (Clock::now() - last_report >= kReportEvery) {
+        report(false);
+        WALRELAY_RETURN_IF_ERROR(save_progress());
+      }
     }
     WALRELAY_RETURN_IF_ERROR(Exec(conn, "CLOSE backfill", "closing the cursor"));
   }
@@ -341,13 +423,16 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
     sink.Poll(std::chrono::milliseconds(100));
     WALRELAY_RETURN_IF_ERROR(sink.Fatal());
     if (stopped()) return cancelled();
+    WALRELAY_RETURN_IF_ERROR(alive());
     if (Clock::now() - last_report >= kReportEvery) {
       spdlog::warn("{}: waiting for {} acks", name, pending);
       last_report = Clock::now();
+      WALRELAY_RETURN_IF_ERROR(save_progress());
     }
   }
   if (!failure.ok()) return failure;
   report(true);
+  WALRELAY_RETURN_IF_ERROR(save_progress());
   return result;
 }
 

@@ -40,12 +40,21 @@
 //   1. refuses when no bound is recorded (a progress row of a version that recorded ids)
 //      or the bound cannot be trusted (CheckBound);
 //   2. marks the recovery in the progress table (so a failure half-way redoes it);
-//   3. drops the lost slot and creates it anew with an exported snapshot N;
+//   3. a lost slot (invalidated) is dropped, and a lost or missing slot is created anew
+//      with an exported snapshot N. A slot that is healthy is kept: the slot an earlier,
+//      unfinished attempt made (its WAL holds the events committed since, table-less ones
+//      included, which exist nowhere else), or one walrelay did not advance (made anew
+//      by setup or by hand after the old one was gone: confirmed past the recorded
+//      delivered position, progress.h); N is then a fresh snapshot, so the rows committed
+//      since the kept slot began come twice, none is missed;
 //   4. Backfill(): under N, counts and publishes the rows above (unmappable ones are
 //      dead-lettered with `recovered` set, so they never collide with streamed letters),
-//      logging progress at least every 10 s, and waits until Kafka acked all of them;
-//   5. records N (at the new slot's consistent point) as the bound, clears the mark, and
-//      streams from the new slot, whose start is exactly N: nothing is missed between.
+//      logging progress at least every 10 s, keeping the relay's other connections alive
+//      and its watchdog fed, recording every 10 s the id up to which every row was acked
+//      (a redo resumes after it: rows it skips were either acked, or are not in N and so
+//      committed after the slot began and are streamed), and waits until Kafka acked all;
+//   5. records N as the bound, the slot's start as delivered, clears the mark, and
+//      streams from the slot: nothing is missed between.
 //
 // Order: by the configured id column (outbox.columns id, an identity in the documented
 // schema); without one (a uuid key, the Debezium profile), by inserting transaction (xid)
@@ -64,6 +73,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "base/lsn.h"
@@ -86,15 +96,30 @@ struct BackfillResult {
   SnapshotBound new_bound;
 };
 
+// How a backfill runs long (invariant 12): `keep_alive` (may be empty) is called about
+// every 500 ms while rows are read or acks awaited (the caller keeps its idle connections
+// alive: idle_session_timeout, NAT idle cutoffs); `on_progress` (may be empty; only with an
+// id column, the order, and one outbox table) every 10 s and at the end with the id up to which every row was
+// acked or dead-lettered, so that a redo resumes after it; `after_id` (may be empty) is
+// where this run resumes: rows with a larger id only.
+struct BackfillControl {
+  std::function<Status()> keep_alive;
+  std::function<Status(const std::string& id)> on_progress;
+  std::string after_id;
+  const std::atomic<bool>* stop = nullptr;  // set: ends the work with kCancelled
+};
+
 // Publishes the rows described above and waits for every ack. `snapshot` is the exported
-// snapshot of the new slot, `consistent_point` its start; `bound` the recorded bound.
-// kFailedPrecondition (an operator must act) when the bound is too old to compare xids.
-// `stop` (may be null): set, it ends the work at once with kCancelled (see PublishRows).
+// snapshot of the new slot, `consistent_point` its start; empty `snapshot` (a healthy slot
+// kept on a redo, whose start is `consistent_point`): under a fresh snapshot of this
+// transaction, so rows committed since the slot began come twice, none is missed.
+// `bound` the recorded bound. kFailedPrecondition (an operator must act) when the bound is
+// too old to compare xids.
 Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo& conninfo,
                                 const std::string& snapshot, Lsn consistent_point,
                                 const SnapshotBound& bound, RecordSink& sink,
                                 DeadLetterSink& dead_letters, RelayStats& stats,
-                                const std::atomic<bool>* stop = nullptr);
+                                const BackfillControl& control = {});
 
 // Which outbox rows PublishRows publishes: a SQL predicate over each table's columns
 // (system columns such as xmin included), their order, and words for the log.
@@ -104,6 +129,10 @@ struct RowSelection {
   std::string log_name;  // prefix of the log lines: "recovery", "republish"
   std::string what;      // which rows, for the log ("inserted by transactions from ...")
   bool count_only = false;  // count (BackfillResult::expected) and publish nothing
+  // Long work (BackfillControl): keep-alive every second, the acked id prefix every 10 s
+  // and at the end (only when config.columns.id is set: the order is then the id).
+  std::function<Status()> keep_alive;
+  std::function<Status(const std::string& id)> on_progress;
 };
 
 // Reading outbox rows by SQL the way the stream sees them (recovery, republish, re-drive):

@@ -118,7 +118,17 @@ class Relay::Session {
   }
 
  private:
-  Status Recover(const slot::ConnInfo& conninfo, const Progress& progress, bool missing, bool lost);
+  // What Start() found wrong with the slot, when it recovers.
+  enum class SlotCondition {
+    kGone,        // missing
+    kLost,        // invalidated (max_slot_wal_keep_size)
+    kUntrusted,   // healthy, but confirmed past walrelay's recorded delivered position
+    kUnfinished,  // healthy, made by a recovery or republish that did not finish
+  };
+  // Returns the position the slot streams from, all before which is delivered. `existing`:
+  // the slot as Start() read it (null when gone).
+  Result<Lsn> Recover(const slot::ConnInfo& conninfo, const Progress& progress,
+                      SlotCondition condition, const slot::SlotInfo* existing);
   Status Tick();
   Status Heartbeat();
   // Records the newest bound candidate the confirmed position has reached (recovery.h).
@@ -223,8 +233,22 @@ Status Relay::Session::Start() {
     return InvalidArgumentError("replication slot " + config_.slot + " uses plugin " +
                                 existing->plugin + ", but --source-plugin is " + config_.plugin);
   }
-  if (progress.recovering || ((missing || lost) && progress.exists)) {
-    WALRELAY_RETURN_IF_ERROR(Recover(conninfo, progress, missing, lost));
+  // The slot's trust (invariant 11): walrelay records a position before it confirms the
+  // slot up to it (Pipeline::Options::record_confirmable), so a slot confirmed past the
+  // recorded position was not advanced by walrelay: made anew after the one it streamed
+  // was dropped or lost (by setup, by hand, by another tool), and missing the events
+  // between. It is recovered like a lost slot, or refused.
+  const bool untrusted = existing.ok() && !lost && progress.delivered &&
+                         existing->confirmed_flush_lsn &&
+                         *existing->confirmed_flush_lsn > *progress.delivered;
+  Lsn delivered;  // where the confirmation gate starts: the slot's trusted position
+  if (progress.recovering || ((missing || lost || untrusted) && progress.exists)) {
+    const SlotCondition condition = missing     ? SlotCondition::kGone
+                                    : lost      ? SlotCondition::kLost
+                                    : untrusted ? SlotCondition::kUntrusted
+                                                : SlotCondition::kUnfinished;
+    WALRELAY_ASSIGN_OR_RETURN(delivered, Recover(conninfo, progress, condition,
+                                                 existing.ok() ? &*existing : nullptr));
   } else if (missing) {
     if (!config_.create_slot) {
       return FailedPreconditionError("replication slot " + config_.slot +
@@ -234,6 +258,9 @@ Status Relay::Session::Start() {
     WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, false));
     spdlog::info("created logical slot {} at {}", config_.slot,
                  created.consistent_point.ToString());
+    delivered = created.consistent_point;
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, delivered));
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "run"));
   } else if (lost) {
     // No session can fix this: DataLoss ends Run() instead of retrying.
     return DataLossError(
@@ -246,6 +273,19 @@ Status Relay::Session::Start() {
         ")), run `walrelay republish --all --create-slot` (it makes the slot anew and "
         "republishes the outbox rows; docs/operations.md, section 2) and start walrelay "
         "again");
+  } else if (progress.delivered) {
+    delivered = *progress.delivered;
+  } else {
+    // A slot walrelay never streamed (setup made it, or a Debezium slot taken over), or
+    // a progress table of a version that did not record the position: trusted as it is.
+    delivered = existing->confirmed_flush_lsn.value_or(Lsn());
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, delivered));
+    if (progress.slot_origin.empty()) {
+      WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "adopted"));
+    }
+    spdlog::info("replication slot {}: adopted at its confirmed position {} (walrelay confirms "
+                 "it no further than it recorded as delivered from now on)",
+                 config_.slot, delivered.ToString());
   }
 
   Pipeline::Options pipeline_options;
@@ -256,6 +296,10 @@ Status Relay::Session::Start() {
   pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
   pipeline_options.outbox_tables = std::move(outbox_tables);
   pipeline_options.topic_errors = relay_.topic_errors_.get();
+  pipeline_options.confirm_limit = delivered;
+  pipeline_options.record_confirmable = [this](Lsn lsn) {
+    return progress_->SaveDelivered(config_.slot, lsn);
+  };
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 
@@ -286,9 +330,33 @@ Status Relay::Session::Start() {
   return Status::Ok();
 }
 
-Status Relay::Session::Recover(const slot::ConnInfo& conninfo, const Progress& progress, bool missing,
-                               bool lost) {
-  const std::string state = missing ? "gone" : (lost ? "lost" : "being recovered");
+Result<Lsn> Relay::Session::Recover(const slot::ConnInfo& conninfo, const Progress& progress,
+                                    SlotCondition condition, const slot::SlotInfo* existing) {
+  const bool keep = condition == SlotCondition::kUnfinished ||
+                    condition == SlotCondition::kUntrusted;  // a healthy slot
+  std::string state;
+  switch (condition) {
+    case SlotCondition::kGone:
+      state = "gone";
+      break;
+    case SlotCondition::kLost:
+      state = "lost";
+      break;
+    case SlotCondition::kUntrusted:
+      state = "not the slot walrelay streamed: it is confirmed up to " +
+              existing->confirmed_flush_lsn->ToString() + ", past " +
+              progress.delivered->ToString() +
+              ", the last position walrelay recorded as delivered, so it was made anew (by "
+              "`walrelay setup` from an earlier version, by hand or by another tool) after "
+              "the one walrelay streamed was dropped or lost, and the events committed in "
+              "between are not in it";
+      break;
+    case SlotCondition::kUnfinished:
+      state = progress.slot_origin == "republish"
+                  ? "made by a `walrelay republish --create-slot` that did not finish"
+                  : "being recovered (an earlier recovery did not finish)";
+      break;
+  }
   // Refusals below are kDataLoss: no session can fix them, so Run() ends with the fix
   // instead of retrying (like a lost slot without any progress, in Start()).
   if (!config_.recovery_enabled) return RecoveryDisabledRefusal(config_, state);
@@ -297,38 +365,90 @@ Status Relay::Session::Recover(const slot::ConnInfo& conninfo, const Progress& p
         "replication slot " + config_.slot + " is " + state + ", but " + config_.progress_table +
         " records no snapshot bound for it (its rows were written by a walrelay version that "
         "recorded outbox ids, which cannot bound a recovery soundly, or the relay never "
-        "confirmed a bound): the rows to republish are unknown. Fix: drop the slot if it "
-        "still exists, run `walrelay republish --all --create-slot` (it makes the slot anew "
-        "and records a bound; docs/operations.md, lost slot) and restart");
+        "confirmed a bound): the rows to republish are unknown. Fix: " +
+        (progress.slot_origin == "republish"
+             ? std::string("run the same `walrelay republish --create-slot` again (it resumes "
+                           "with the slot it made) and restart")
+             : "drop the slot if it still exists, run `walrelay republish --all "
+               "--create-slot` (it makes the slot anew and records a bound; "
+               "docs/operations.md, lost slot) and restart"));
   }
   {  // before touching anything: can this bound be trusted?
     WALRELAY_ASSIGN_OR_RETURN(SnapshotBound now, progress_->ReadCandidate());
     WALRELAY_RETURN_IF_ERROR(CheckBound(*progress.bound, now.Xmax()).status());
   }
   spdlog::error(
-      "replication slot {} is {}{}: recovering — recreating it and republishing from the "
-      "outbox tables the rows of transactions not known delivered at the recorded bound "
-      "(snapshot {} at {}; consumers will see duplicates)",
-      config_.slot, state, progress.recovering ? " (an earlier recovery did not finish)" : "",
+      "replication slot {} is {}: recovering — {} and republishing from the outbox tables "
+      "the rows of transactions not known delivered at the recorded bound (snapshot {} at "
+      "{}; consumers will see duplicates)",
+      config_.slot, state,
+      keep ? "keeping the slot (it is healthy: its WAL holds the events committed since it "
+             "began, table-less ones included)"
+           : "recreating it",
       progress.bound->snapshot, progress.bound->lsn.ToString());
   WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, true));
-  if (!missing) WALRELAY_RETURN_IF_ERROR(admin_->DropSlot(config_.slot));
-  WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, true));
-  WALRELAY_ASSIGN_OR_RETURN(
-      BackfillResult result,
-      Backfill(config_, conninfo, created.snapshot_name, created.consistent_point, *progress.bound,
-               *sink_, *dead_letters_, stats_, &relay_.stop_));
-  // Every transaction visible in the new slot's snapshot is now delivered: it is the bound.
+  std::string snapshot;  // the new slot's exported one; none for a kept slot (fresh)
+  Lsn start;             // where the slot streams from
+  std::string resume_after;
+  if (keep) {
+    start = existing->confirmed_flush_lsn.value_or(Lsn());
+    // A redo with the slot the earlier attempt made resumes after what it had acked.
+    if (condition == SlotCondition::kUnfinished) resume_after = progress.backfill_after_id;
+  } else {
+    if (condition == SlotCondition::kLost) {
+      WALRELAY_RETURN_IF_ERROR(admin_->DropSlot(config_.slot));
+    }
+    // A new slot: what an earlier attempt acked is no guide (it was read against the
+    // slot that is gone).
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveBackfillAfterId(config_.slot, ""));
+    WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, true));
+    snapshot = created.snapshot_name;
+    start = created.consistent_point;
+    // The new slot's identity, at once: a redo finds it unadvanced and keeps it (the
+    // recovering mark says its backfill is unfinished); one made by anything else after
+    // it would be confirmed past this.
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, start));
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "recovery"));
+  }
+  // Long work (invariant 12): the watchdog sees the backfill move, /readyz and systemd's
+  // STATUS say it recovers, and the connections this session keeps (the slot's lock, the
+  // progress and dead-letter writers) get a statement every second.
+  struct Recovering {
+    RelayStats& stats;
+    ~Recovering() { stats.recovering.store(0); }
+  } recovering{stats_};
+  stats_.recovering.store(1);
+  BackfillControl control;
+  control.stop = &relay_.stop_;
+  control.after_id = resume_after;
+  control.keep_alive = [this]() -> Status {
+    WALRELAY_RETURN_IF_ERROR(conn_->IdentifySystem().status());
+    WALRELAY_RETURN_IF_ERROR(admin_->CurrentWalLsn().status());
+    WALRELAY_RETURN_IF_ERROR(progress_->KeepAlive());
+    return dead_letters_->KeepAlive();
+  };
+  control.on_progress = [this](const std::string& id) {
+    return progress_->SaveBackfillAfterId(config_.slot, id);
+  };
+  WALRELAY_ASSIGN_OR_RETURN(BackfillResult result,
+                            Backfill(config_, conninfo, snapshot, start, *progress.bound, *sink_,
+                                     *dead_letters_, stats_, control));
+  // Every transaction visible in the snapshot is now delivered: it is the bound; the slot
+  // starts at `start`, everything before which was delivered (or is not in it).
   WALRELAY_RETURN_IF_ERROR(progress_->SaveBound(config_.slot, result.new_bound));
   bound_recorded_ = true;
+  WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, start));
+  if (condition == SlotCondition::kUntrusted) {
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "adopted by recovery"));
+  }
+  WALRELAY_RETURN_IF_ERROR(progress_->SaveBackfillAfterId(config_.slot, ""));
   WALRELAY_RETURN_IF_ERROR(progress_->SetRecovering(config_.slot, false));
   relay_.stats_.slot_recoveries.fetch_add(1);
   spdlog::warn(
       "recovery of slot {} done: {} events republished, {} dead-lettered ({} expected); "
       "streaming from {}",
-      config_.slot, result.published, result.dead_lettered, result.expected,
-      created.consistent_point.ToString());
-  return Status::Ok();
+      config_.slot, result.published, result.dead_lettered, result.expected, start.ToString());
+  return start;
 }
 
 // Runs about every 100 ms on the pipeline's thread: heartbeats and progress saving.
@@ -592,6 +712,13 @@ Status Relay::StartObservability() {
                                 " is held by process " +
                                 std::to_string(stats_.standby_for.load()) +
                                 "; this relay takes over when it stops");
+      }
+      if (stats_.recovering.load() != 0) {
+        return UnavailableError(
+            "recovering replication slot " + config_.slot + ": republished " +
+            std::to_string(stats_.recovery_rows_done.load()) + " of " +
+            std::to_string(stats_.recovery_rows_expected.load()) +
+            " rows from the outbox tables (progress every 10 s in the log); streams once done");
       }
       if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
       const SlotState state = obs_->guard->state();

@@ -36,6 +36,11 @@ struct RelayStats {
   std::atomic<uint64_t> heartbeats{0};            // heartbeat messages seen in the stream
   std::atomic<uint64_t> heartbeats_sent{0};       // heartbeat messages emitted
   std::atomic<uint64_t> slot_recoveries{0};       // lost-slot recoveries completed
+  // A recovery backfill under way (1) and its rows (done: published or dead-lettered):
+  // /readyz and systemd's STATUS say so while it runs.
+  std::atomic<int> recovering{0};
+  std::atomic<uint64_t> recovery_rows_done{0};
+  std::atomic<uint64_t> recovery_rows_expected{0};
   std::atomic<int64_t> heartbeat_lag_us{-1};      // gauge: emit -> seen, -1 before the first
   // gauge: commit time (Unix µs, the server's clock) of the oldest transaction read whose
   // events are not all confirmed yet; 0 when none is waiting.

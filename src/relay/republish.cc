@@ -101,7 +101,18 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
   }
   auto slot = admin->GetSlot(config.slot);
   if (!slot.ok() && slot.status().code() != StatusCode::kNotFound) return slot.status();
-  if (request.create_slot) {
+  // The progress store: a republish that makes the slot marks it unfinished first (a relay
+  // then recovers or refuses it, never streams it as if nothing happened: invariant 11),
+  // and one that finds its own unfinished slot resumes with it.
+  std::unique_ptr<ProgressStore> progress;
+  bool resume = false;
+  if (request.create_slot && !request.dry_run) {
+    WALRELAY_ASSIGN_OR_RETURN(progress, ProgressStore::Open(conninfo, config.progress_table));
+    WALRELAY_ASSIGN_OR_RETURN(Progress p, progress->Load(config.slot));
+    resume = slot.ok() && !slot->invalidated() && p.recovering && p.slot_origin == "republish" &&
+             p.delivered && slot->confirmed_flush_lsn && *slot->confirmed_flush_lsn <= *p.delivered;
+  }
+  if (request.create_slot && !resume) {
     if (slot.ok()) {
       return FailedPreconditionError(
           "republish --create-slot: replication slot " + config.slot +
@@ -130,7 +141,17 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
   WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
                             slot::ConnectPg(conninfo, nullptr, "republish connection"));
   std::string snapshot_name;
-  if (request.create_slot && !request.dry_run) {
+  if (resume) {
+    // The slot an earlier republish --create-slot made and did not finish: its WAL holds
+    // every event since it began. The rows again under a fresh snapshot: those committed
+    // since the slot began come twice, none is missed.
+    out.slot_created = true;
+    spdlog::warn("republish: slot {} was made by a republish --create-slot that did not finish "
+                 "(since {}): resuming with it, under a fresh snapshot",
+                 config.slot, slot->confirmed_flush_lsn->ToString());
+  } else if (request.create_slot && !request.dry_run) {
+    WALRELAY_RETURN_IF_ERROR(progress->SetRecovering(config.slot, true));
+    WALRELAY_RETURN_IF_ERROR(progress->SaveSlotOrigin(config.slot, "republish"));
     WALRELAY_ASSIGN_OR_RETURN(replication, slot::ReplicationConnection::Connect(conninfo));
     WALRELAY_ASSIGN_OR_RETURN(slot::CreatedSlot created,
                               replication->CreateLogicalSlot(config.slot, config.plugin,
@@ -139,6 +160,8 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
     out.slot_created = true;
     out.position = created.consistent_point;
     snapshot_name = created.snapshot_name;
+    // The slot's identity (progress.h): a relay finds it unadvanced and unfinished.
+    WALRELAY_RETURN_IF_ERROR(progress->SaveDelivered(config.slot, out.position));
     spdlog::info("republish: created slot {} at {}; republishing the rows of its snapshot",
                  config.slot, created.consistent_point.ToString());
   }
@@ -186,9 +209,10 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
                                                   *sink, *dead_letters, stats));
   WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
   if (out.slot_created) {
-    WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<ProgressStore> progress,
-                              ProgressStore::Open(conninfo, config.progress_table));
     WALRELAY_RETURN_IF_ERROR(progress->SaveBound(config.slot, SnapshotBound{snapshot, out.position}));
+    if (resume) {  // the slot streams from where it began, all before which is delivered now
+      WALRELAY_RETURN_IF_ERROR(progress->SaveDelivered(config.slot, *slot->confirmed_flush_lsn));
+    }
     // An earlier recovery that did not finish is superseded: the new slot is complete.
     WALRELAY_RETURN_IF_ERROR(progress->SetRecovering(config.slot, false));
   }

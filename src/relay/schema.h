@@ -175,10 +175,15 @@ inline std::string DeadLetterTableUpgradeSql(std::string_view quoted_table) {
 
 // Lost-slot recovery progress (progress.h): per slot, in the row with source '*', the
 // recorded snapshot bound (`bound_snapshot`, taken when the WAL insert position was
-// `bound_lsn`; every transaction visible in it was delivered) and the `recovering` flag
-// (set while a backfill is under way). Rows with another source, and `last_id`, are left
-// by earlier versions (per-table ids) and are not read. Created only when missing;
-// ProgressTableUpgradeSql adds the bound columns to a table of an earlier version.
+// `bound_lsn`; every transaction visible in it was delivered), the `recovering` flag (set
+// while a backfill, or a republish that makes the slot, is under way), the slot's trust
+// (`delivered_lsn`: the relay confirms the slot no further than this position, recorded
+// first, so a slot confirmed past it was not advanced by walrelay; `slot_origin`: how the
+// slot the relay streams came to be) and `backfill_after_id` (the id up to which an
+// unfinished backfill had every row acked; its redo starts after it). Rows with another
+// source, and `last_id`, are left by earlier versions (per-table ids) and are not read.
+// Created only when missing; ProgressTableUpgradeSql adds the newer columns to a table of
+// an earlier version.
 inline std::string ProgressTableDdl(std::string_view quoted_table) {
   return "CREATE TABLE IF NOT EXISTS " + std::string(quoted_table) +
          " (\n"
@@ -187,23 +192,33 @@ inline std::string ProgressTableDdl(std::string_view quoted_table) {
          "  recovering     boolean NOT NULL DEFAULT false,\n"
          "  bound_snapshot pg_snapshot,\n"
          "  bound_lsn      pg_lsn,\n"
+         "  delivered_lsn  pg_lsn,\n"
+         "  slot_origin    text,\n"
+         "  backfill_after_id text,\n"
          "  updated_at     timestamptz NOT NULL DEFAULT now(),\n"
          "  PRIMARY KEY (slot, source)\n"
          ")";
 }
 
-// Adds the bound columns to a progress table of an earlier version; nothing (and no
+// Adds the newer columns to a progress table of an earlier version; nothing (and no
 // ownership needed) when they exist. One statement; REQUIRES: no "$walrelay$" in the name.
 inline std::string ProgressTableUpgradeSql(std::string_view quoted_table) {
   const std::string t(quoted_table);
+  auto missing = [&](std::string_view column) {
+    return "NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " + QuoteLiteral(t) +
+           "::regclass AND attname = '" + std::string(column) + "' AND NOT attisdropped)";
+  };
   return "DO $walrelay$ BEGIN\n"
-         "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " +
-         QuoteLiteral(t) +
-         "::regclass AND attname = 'bound_snapshot' AND NOT attisdropped) THEN\n"
-         "  ALTER TABLE " +
-         t +
+         "IF " + missing("bound_snapshot") + " THEN\n"
+         "  ALTER TABLE " + t +
          " ADD COLUMN IF NOT EXISTS bound_snapshot pg_snapshot,"
          " ADD COLUMN IF NOT EXISTS bound_lsn pg_lsn;\n"
+         "END IF;\n"
+         "IF " + missing("backfill_after_id") + " THEN\n"
+         "  ALTER TABLE " + t +
+         " ADD COLUMN IF NOT EXISTS delivered_lsn pg_lsn,"
+         " ADD COLUMN IF NOT EXISTS slot_origin text,"
+         " ADD COLUMN IF NOT EXISTS backfill_after_id text;\n"
          "END IF;\n"
          "END $walrelay$";
 }

@@ -10,6 +10,7 @@
 
 #include "base/sql.h"
 #include "slot/pg_error.h"
+#include "slot/replication_connection.h"
 #include "src/relay/metric_names.h"
 #include "src/relay/recovery.h"
 #include "src/relay/schema.h"
@@ -407,12 +408,17 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   }
   WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(report.settings));
 
-  // 2. REPLICATION privilege
-  WALRELAY_ASSIGN_OR_RETURN(bool may_replicate, admin->HasReplicationPrivilege());
-  if (!may_replicate) {
-    return PermissionDeniedError("role \"" + admin->user() +
-                                 "\" may not open replication connections. Fix: ALTER ROLE " +
-                                 admin->user() + " REPLICATION; (as a superuser)");
+  // 2. replication, tried rather than read from the role's attributes: managed services
+  // grant it through role membership (Amazon RDS and Aurora: rds_replication, with
+  // rolreplication false and no superuser), and a connection tried also meets
+  // pg_hba.conf's replication lines. Refusals name each platform's fix (slot/pg_error.h).
+  {
+    auto probe = slot::ReplicationConnection::Connect(conninfo);
+    Status tried = probe.ok() ? (*probe)->IdentifySystem().status() : probe.status();
+    if (!tried.ok()) {
+      return tried.WithContext("startup check: opening a replication connection as role \"" +
+                               admin->user() + "\"");
+    }
   }
 
   // 3. max_slot_wal_keep_size

@@ -494,6 +494,84 @@ TEST_F(RelayProcessTest, NotifiesSystemdReadinessWatchdogAndStopping) {
   ::close(fd);
 }
 
+// Issue 27, item 4: a recovery pets the watchdog while it works. The slot is dropped
+// after the relay streamed; the brokers are down, so the backfill waits for acks; under
+// Type=notify with WATCHDOG_USEC=2000000, WATCHDOG=1 keeps arriving and STATUS says it
+// recovers. Before the fix the relay's loop counter stood still through a recovery and
+// systemd's WatchdogSec killed any recovery longer than it, again and again.
+TEST_F(RelayProcessTest, RecoveryPetsTheWatchdogWhileBrokersAreDown) {
+  StartRelay();
+  std::atomic<bool> written{false};
+  WriteOutbox(10, 100, &written);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  bool bound = false;
+  for (int i = 0; i < 200 && !bound; ++i) {
+    std::this_thread::sleep_for(50ms);
+    auto v = pg_->QueryScalar(
+        "SELECT coalesce((SELECT bool_and(pg_visible_in_snapshot(o.xmin::text::xid8, "
+        "p.bound_snapshot)) FROM outbox o), false) FROM walrelay_progress p WHERE p.slot = "
+        "'walrelay' AND p.source = '*'");
+    bound = v.ok() && *v == "t";
+  }
+  ASSERT_TRUE(bound) << "no bound recorded";
+  relay_->Signal(SIGTERM);
+  ASSERT_EQ(relay_->Wait(30s), 0) << relay_->LogTail();
+  relay_.reset();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'agg-' || (g % 50), 'PaymentCaptured', "
+                        "jsonb_build_object('seq', g) FROM generate_series(1000, 2999) g;"
+                        "SELECT pg_drop_replication_slot('walrelay')")
+                  .ok());
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+
+  const std::string path = pg_->socket_dir() + "/notify-recovery.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  auto relay = Subprocess::Start(
+      {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+       kafka_->bootstraps(), "--flow-status-interval-ms", "100"},
+      log_, {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=2000000"});
+  ASSERT_TRUE(relay.ok());
+  std::string received;
+  auto read_for = [&](std::chrono::milliseconds duration) {
+    for (auto until = std::chrono::steady_clock::now() + duration;
+         std::chrono::steady_clock::now() < until;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1) {
+        char buf[512];
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n > 0) received.append(buf, static_cast<size_t>(n)).append("|");
+      }
+    }
+  };
+  bool recovering = false;
+  for (int i = 0; i < 300 && !recovering; ++i) {
+    read_for(100ms);
+    auto v = pg_->QueryScalar(
+        "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
+    recovering = v.ok() && *v == "t";
+  }
+  ASSERT_TRUE(recovering) << relay->LogTail();
+  const size_t from = received.size();
+  read_for(6s);  // the watchdog is petted every WATCHDOG_USEC / 2 while the loops move
+  size_t pets = 0;
+  for (size_t at = from; (at = received.find("WATCHDOG=1", at)) != std::string::npos; ++at) {
+    ++pets;
+  }
+  EXPECT_GE(pets, 4u) << "watchdog not petted during the recovery: " << received;
+  EXPECT_NE(received.find("STATUS=recovering slot walrelay"), std::string::npos) << received;
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << relay->LogTail();
+  relay->Signal(SIGTERM);
+  EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
+  ::close(fd);
+  CheckDelivered(ConsumeToEnd(60s), 3000);
+}
+
 TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactions) {
   StartRelay();
   std::atomic<bool> written{false};

@@ -395,6 +395,13 @@ TEST_F(SlotGuardTest, StartupChecksNameTheFix) {
   Status st = StartupChecks(config).status();
   EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
   EXPECT_NE(st.message().find("ALTER ROLE norepl REPLICATION"), std::string::npos) << st.message();
+  // Issue 27, item 8: managed services grant replication by role membership (Amazon RDS
+  // and Aurora: rds_replication, with rolreplication false): the check tries a replication
+  // connection instead of reading the attribute, and its refusal names every platform's fix.
+  EXPECT_NE(st.message().find("GRANT rds_replication TO norepl"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("rds.logical_replication = 1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("cloudsqlsuperuser"), std::string::npos) << st.message();
 
   // Slot missing and create_slot off.
   config = ConfigFor(*cluster_);

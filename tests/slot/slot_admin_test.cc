@@ -248,15 +248,9 @@ TEST_F(SlotAdminTest, ServerSettingsAndPrivilege) {
   EXPECT_GE(s->server_version_num, 150000);
   EXPECT_EQ(s->max_slot_wal_keep_size_bytes, -1);
 
-  auto mine = admin_->HasReplicationPrivilege();
-  ASSERT_TRUE(mine.ok());
-  EXPECT_TRUE(*mine);
   auto other = SlotAdmin::Connect(cluster_->conninfo_for_user("norepl"));
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_EQ((*other)->user(), "norepl");
-  auto theirs = (*other)->HasReplicationPrivilege();
-  ASSERT_TRUE(theirs.ok());
-  EXPECT_FALSE(*theirs);
   auto lsn = admin_->CurrentWalLsn();
   ASSERT_TRUE(lsn.ok());
   EXPECT_TRUE(lsn->valid());
