@@ -15,7 +15,7 @@ namespace walrelay::headers {
 inline constexpr std::string_view kEventId = "event_id";              // the dedup key
 inline constexpr std::string_view kEventType = "event_type";
 inline constexpr std::string_view kAggregateType = "aggregate_type";  // only when set
-inline constexpr std::string_view kPosition = "walrelay.position";    // src/relay/position.h
+inline constexpr std::string_view kPosition = "walrelay.position";    // base/position.h
 inline constexpr std::array<std::string_view, 4> kRelayHeaders = {kEventId, kEventType,
                                                                   kAggregateType, kPosition};
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "slot/wire.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/record_headers.h"
 
 namespace walrelay::relay {

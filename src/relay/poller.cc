@@ -8,7 +8,7 @@
 #include <set>
 
 #include "base/sql.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/record_headers.h"
 #include "src/relay/recovery.h"
 #include "src/relay/schema.h"

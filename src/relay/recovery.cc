@@ -9,7 +9,7 @@
 
 #include "slot/pg_error.h"
 #include "src/relay/outbox_mapper.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/record_headers.h"
 #include "src/relay/schema.h"
 

@@ -10,7 +10,7 @@
 #include "slot/pg_error.h"
 #include "src/relay/outbox_mapper.h"
 #include "src/relay/pipeline.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/record_headers.h"
 #include "src/relay/recovery.h"
 #include "src/relay/republish.h"

@@ -25,7 +25,7 @@
 #include "src/kafka/mock_cluster.h"
 #include "src/kafka/producer.h"
 #include "src/relay/plugin_options.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/relay.h"
 #include "src/relay/republish.h"
 #include "src/relay/takeover.h"

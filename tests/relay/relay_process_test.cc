@@ -24,7 +24,7 @@
 
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"

@@ -19,7 +19,7 @@
 #include "src/kafka/mock_cluster.h"
 #include "src/metrics/registry.h"
 #include "src/relay/dead_letter.h"
-#include "src/relay/position.h"
+#include "base/position.h"
 #include "src/relay/redrive.h"
 #include "src/relay/schema.h"
 #include "tests/kafka/test_consumer.h"

@@ -1,8 +1,8 @@
-#include "src/relay/position.h"
+#include "base/position.h"
 
 #include <charconv>
 
-namespace walrelay::relay {
+namespace walrelay {
 namespace {
 
 template <typename T>
@@ -83,4 +83,4 @@ std::optional<SourcePosition> ParsePosition(std::string_view text) {
   return p;
 }
 
-}  // namespace walrelay::relay
+}  // namespace walrelay

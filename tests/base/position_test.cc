@@ -1,8 +1,8 @@
-#include "src/relay/position.h"
+#include "base/position.h"
 
 #include <gtest/gtest.h>
 
-namespace walrelay::relay {
+namespace walrelay {
 namespace {
 
 TEST(PositionTest, RoundTrips) {
@@ -49,4 +49,4 @@ TEST(PositionTest, RejectsMalformed) {
 }
 
 }  // namespace
-}  // namespace walrelay::relay
+}  // namespace walrelay

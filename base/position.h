@@ -24,7 +24,7 @@
 #include "base/headers.h"
 #include "base/lsn.h"
 
-namespace walrelay::relay {
+namespace walrelay {
 
 inline constexpr std::string_view kPositionHeader = headers::kPosition;
 
@@ -43,4 +43,4 @@ void FormatPosition(const SourcePosition& position, std::string* out);
 // Parses a header value written by FormatPosition; nullopt when malformed.
 std::optional<SourcePosition> ParsePosition(std::string_view text);
 
-}  // namespace walrelay::relay
+}  // namespace walrelay
