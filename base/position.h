@@ -7,7 +7,12 @@
 //   ordinal         position of the event among the transaction's outbox events, from 0;
 //                   (lsn, ordinal) identifies an event's source position uniquely
 //   xid             source transaction id (0 for recovered rows)
-//   commit_time_us  commit time, microseconds since the Unix epoch (0 for recovered rows)
+//   commit_time_us  commit time, microseconds since the Unix epoch. On rows republished
+//                   (recovered=1: lost-slot recovery, `walrelay republish`) the commit
+//                   time is unknown: the row's created_at, which precedes its commit, or 0
+//                   without a created_at column. The inbox refuses a record whose time is
+//                   older than its retention (src/inbox/inbox.h): it can no longer tell
+//                   whether it applied it
 //   recovered=1     present only on rows republished by lost-slot recovery
 //   source          schema.table, or message:<prefix> for table-less events; always last:
 //                   it is the rest of the value, so it may contain ';'

@@ -298,6 +298,12 @@ int main(int argc, char** argv) {
                       "with new ones of the same aggregates)");
   republish->add_flag("--dry-run", republish_request.dry_run,
                       "Count the rows and print the plan; publish and create nothing");
+  int64_t consumer_retention_ms = 0;
+  republish->add_option("--consumer-retention-ms", consumer_retention_ms,
+                        "The consumers' inbox retention: rows older than it are counted and "
+                        "warned about first (an inbox dead-letters such records instead of "
+                        "applying them: it can no longer tell whether it applied them)")
+      ->check(CLI::NonNegativeNumber);
   republish->footer(
       "Exit codes: 0 every selected row published (or dead-lettered with its reason) and "
       "acked; 1 a failure (rows may have been published, none is lost: run it again); 2 bad "
@@ -402,6 +408,7 @@ int main(int argc, char** argv) {
     republish_request.since_id = since_id;
     republish_request.since_time = since_time;
     republish_request.event_ids = event_ids;
+    republish_request.consumer_retention = std::chrono::milliseconds(consumer_retention_ms);
     auto config = republish_binder.Resolve(/*require_kafka=*/republish_request.dry_run == false);
     if (!config.ok()) {
       std::cerr << "walrelay republish: " << config.status().message() << "\n";

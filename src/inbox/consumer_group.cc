@@ -248,7 +248,7 @@ void InboxConsumer::Impl::WorkerLoop(PartitionWorker* w) {
     }
     // Items are filled in place and never moved: their views point into themselves.
     std::vector<Item> items(good.size());
-    for (size_t i = 0; i < good.size(); ++i) Decode(good[i], opt_.event_id_header, &items[i]);
+    for (size_t i = 0; i < good.size(); ++i) Decode(good[i], opt_.event_id_header, opt_.inbox_retention, &items[i]);
     const Status st = ProcessBatch(items, *w);
     for (rd_kafka_message_t* m : good) rd_kafka_message_destroy(m);
     if (!st.ok()) {

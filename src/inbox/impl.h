@@ -29,6 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -89,11 +90,25 @@ struct Item {
   rd_kafka_message_t* m = nullptr;
   InboxMessage msg;
   std::string event_id;
-  std::optional<std::string> poison;  // why the record has no usable event id
+  // Why the record is dead-lettered without being applied: no usable event id, or an
+  // event older than the inbox retention (TooOldToTell).
+  std::optional<std::string> poison;
 };
 
-// Fills `out` from `m` (the event id extracted and validated: event_id.h).
-void Decode(rd_kafka_message_t* m, std::string_view event_id_header, Item* out);
+// Why a record must not be applied although its event id is fine: its event time (the
+// walrelay.position header's commit_time_us; on republished records the row's created_at)
+// is older than `inbox_retention`, so the inbox row that would make a redelivery a
+// duplicate may be deleted already (retention.cc): the inbox cannot tell whether it
+// applied the event. nullopt when it may be applied (no retention, no position header, no
+// time, or younger).
+std::optional<std::string> TooOldToTell(const InboxMessage& msg,
+                                        std::chrono::milliseconds inbox_retention,
+                                        std::chrono::system_clock::time_point now);
+
+// Fills `out` from `m` (the event id extracted and validated: event_id.h; the age checked
+// against `inbox_retention`: TooOldToTell).
+void Decode(rd_kafka_message_t* m, std::string_view event_id_header,
+            std::chrono::milliseconds inbox_retention, Item* out);
 
 // One attempt at a message or a batch: a pooled connection inside BEGIN, and the
 // statements of the handlers deferred on it (pg::Pipeline). Fail() rolls back and says

@@ -44,6 +44,13 @@
 // message; statement faults (42, 0A: schema, privileges, SQL) stop the consumer: Run()
 // returns the error.
 //
+// Events older than the inbox retention: a record whose walrelay.position header carries
+// an event time (commit_time_us; on records `walrelay republish` or lost-slot recovery
+// re-emitted, the row's created_at) older than inbox_retention is dead-lettered with the
+// reason, not applied: its inbox row may be deleted already, so the inbox can no longer
+// tell whether it applied it (a ledger credited twice otherwise). Records without the
+// header or a time are judged by their event id alone.
+//
 // Event ids: at most kMaxEventIdBytes bytes of UTF-8 without NUL; any other id makes the
 // message poison (dead-lettered without an inbox row). A poison message is dead-lettered
 // once: a redelivery finds its dead-letter row (same consumer, topic, partition, offset,

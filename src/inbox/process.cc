@@ -18,6 +18,8 @@
 #include <thread>
 #include <unordered_set>
 
+#include "base/headers.h"
+#include "base/position.h"
 #include "src/inbox/event_id.h"
 #include "src/inbox/impl.h"
 #include "src/inbox/pg.h"
@@ -70,7 +72,30 @@ Next FromFault(slot::PgFault fault) {
   return Next::kRetry;
 }
 
-void Decode(rd_kafka_message_t* m, std::string_view event_id_header, Item* out) {
+std::optional<std::string> TooOldToTell(const InboxMessage& msg,
+                                        std::chrono::milliseconds inbox_retention,
+                                        std::chrono::system_clock::time_point now) {
+  if (inbox_retention.count() <= 0) return std::nullopt;
+  const std::optional<std::string_view> header = msg.Header(headers::kPosition);
+  if (!header) return std::nullopt;
+  const std::optional<SourcePosition> position = ParsePosition(*header);
+  if (!position || position->commit_time_us <= 0) return std::nullopt;
+  const int64_t now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  const int64_t age_ms = (now_us - position->commit_time_us) / 1000;
+  if (age_ms < inbox_retention.count()) return std::nullopt;
+  return "the event is " + std::to_string(age_ms) + " ms old (" +
+         std::string(headers::kPosition) + " commit_time_us=" +
+         std::to_string(position->commit_time_us) + (position->recovered ? ", recovered" : "") +
+         "), older than this inbox's retention of " + std::to_string(inbox_retention.count()) +
+         " ms: its inbox row may be deleted already, so the inbox cannot tell whether it "
+         "applied it, and applying it could apply it twice. Not applied. If the ledger shows "
+         "it was never applied (look for event id " + std::string(msg.event_id) +
+         "), apply it by hand or re-drive it from the dead letters";
+}
+
+void Decode(rd_kafka_message_t* m, std::string_view event_id_header,
+            std::chrono::milliseconds inbox_retention, Item* out) {
   out->m = m;
   InboxMessage& msg = out->msg;
   msg.topic = rd_kafka_topic_name(m->rkt);
@@ -99,6 +124,9 @@ void Decode(rd_kafka_message_t* m, std::string_view event_id_header, Item* out) 
     out->poison = id.status().message();
   }
   msg.event_id = out->event_id;
+  if (!out->poison) {
+    out->poison = TooOldToTell(msg, inbox_retention, std::chrono::system_clock::now());
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -448,28 +448,33 @@ Lsn Pipeline::confirmable_lsn() const {
   return options_.record_confirmable ? std::min(Acked(), confirm_limit_) : Acked();
 }
 
-Status Pipeline::RaiseConfirmLimit(bool now) {
+Status Pipeline::RaiseConfirmLimit(milliseconds min_gap) {
   if (!options_.record_confirmable) return Status::Ok();
   const Lsn acked = Acked();
   if (acked <= confirm_limit_) return Status::Ok();
   const auto clock = Clock::now();
-  if (!now && clock < next_record_) return Status::Ok();
+  if (clock - last_record_ < min_gap) return Status::Ok();
   WALRELAY_RETURN_IF_ERROR(options_.record_confirmable(acked));
   confirm_limit_ = acked;
-  // While events flow, soon again; idle, seldom: the record itself writes WAL, which the
-  // next keepalive would offer to confirm, and so on.
-  const bool events = tracker_.FlushedEventsTotal() != events_at_record_;
-  events_at_record_ = tracker_.FlushedEventsTotal();
-  next_record_ = clock + (events ? milliseconds(100) : milliseconds(10000));
+  events_at_record_ = tracker_.FlushedEventsTotal();  // all of them at or before `acked`
+  last_record_ = clock;
   return Status::Ok();
 }
 
 Status Pipeline::SendStatus(bool reply_requested, bool final) {
-  WALRELAY_RETURN_IF_ERROR(RaiseConfirmLimit(final));
+  // While events flow, a record every 100 ms; idle, at most every second: the record
+  // itself writes WAL, which the next keepalive offers to confirm, and so on.
+  const bool events = tracker_.FlushedEventsTotal() != events_at_record_;
+  WALRELAY_RETURN_IF_ERROR(RaiseConfirmLimit(final    ? milliseconds(0)
+                                             : events ? milliseconds(100)
+                                                      : milliseconds(1000)));
   const Lsn flush = confirmable_lsn();
   WALRELAY_RETURN_IF_ERROR(
       source_.SendStatus(std::max(received_, flush), flush, flush, reply_requested));
-  reported_events_total_ = tracker_.FlushedEventsTotal();
+  // The events this status confirms: all flushed ones, or, when the gate holds the
+  // position back, those the last record covered (the backpressure cap counts the rest
+  // as unconfirmed, so a crash repeats no more than the cap allows).
+  reported_events_total_ = flush == Acked() ? tracker_.FlushedEventsTotal() : events_at_record_;
   RetireAcked();
   stats_.flush_lsn.store(flush.value, std::memory_order_relaxed);
   stats_.received_lsn.store(received_.value, std::memory_order_relaxed);
@@ -535,7 +540,8 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
       // Backpressure: read nothing; serve acks, and confirm at once what became
       // confirmable so the window reopens without waiting for the status period.
       if (Acked() != last_sent_flush_) {
-        WALRELAY_RETURN_IF_ERROR(RaiseConfirmLimit(false));
+        // Held back by the gate, the window reopens only with a record: soon.
+        WALRELAY_RETURN_IF_ERROR(RaiseConfirmLimit(milliseconds(10)));
         if (confirmable_lsn() != last_sent_flush_) WALRELAY_RETURN_IF_ERROR(SendStatus(false));
       }
       sink_.Poll(milliseconds(5));

@@ -160,8 +160,9 @@ class Pipeline {
     // The slot's trust (invariant 11, progress.h): set, the pipeline confirms no further
     // than the last position it recorded through it, and records a new one (everything
     // before it acked or dead-lettered) before confirming it: at most every 100 ms while
-    // events flow, every 10 s while idle (a record writes WAL, which an idle stream would
-    // confirm again), and at the drain. An error ends the session. Null: no gate (a
+    // events flow (every 10 ms while the backpressure cap waits for confirmations), every
+    // second while idle (a record writes WAL, which an idle stream would confirm again),
+    // and at the drain. An error ends the session. Null: no gate (a
     // recording, the benchmarks). `confirm_limit` is the position recorded before.
     std::function<Status(Lsn)> record_confirmable;
     Lsn confirm_limit;
@@ -211,9 +212,9 @@ class Pipeline {
   Status SendStatus(bool reply_requested, bool final = false);
   // What is acked (tracker_, or the failpoint's received position): before the gate.
   Lsn Acked() const;
-  // Records Acked() through options_.record_confirmable when it passed the limit and the
-  // rate allows it (or `now`).
-  Status RaiseConfirmLimit(bool now);
+  // Records Acked() through options_.record_confirmable when it passed the limit and at
+  // least `min_gap` passed since the last record.
+  Status RaiseConfirmLimit(std::chrono::milliseconds min_gap);
   Status Drain();
   void OnHeartbeat(std::string_view content);
   void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
@@ -275,7 +276,7 @@ class Pipeline {
   Lsn frame_end_;
   Lsn last_sent_flush_;
   Lsn confirm_limit_;  // options_.confirm_limit, then each position recorded
-  std::chrono::steady_clock::time_point next_record_;
+  std::chrono::steady_clock::time_point last_record_;
   uint64_t events_at_record_ = 0;  // tracker_.FlushedEventsTotal() at the last record
   uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
   // Committed transactions not yet fully acked, with their commit time (commit-to-ack

@@ -331,8 +331,16 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   for (const std::string& table : config.tables) {
     WALRELAY_ASSIGN_OR_RETURN(const bool payload_is_bytea,
                               PayloadIsBytea(conn, table, config.columns));
+    // Columns 0-6 the mapped fields, 7 the row's created_at in microseconds (the
+    // event's time on the record: the inbox refuses what is older than its retention),
+    // 8 the id (the acked prefix).
+    const std::string created_at_us =
+        config.columns.created_at.empty()
+            ? std::string("NULL::text")
+            : "(extract(epoch FROM " + QuoteIdentifier(config.columns.created_at) +
+                  ") * 1000000)::bigint::text";
     const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " +
-                               OutboxRowSelectList(config.columns) +
+                               OutboxRowSelectList(config.columns) + ", " + created_at_us +
                                (track ? ", " + QuoteIdentifier(config.columns.id) + "::text" : "") +
                                " FROM " +
                                QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
@@ -346,7 +354,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       if (n == 0) break;
       for (int i = 0; i < n; ++i) {
         const OutboxRow row = OutboxRowAt(rows.get(), i, payload_is_bytea);
-        if (track) window.emplace_back(PQgetvalue(rows.get(), i, 7), false);
+        if (track) window.emplace_back(PQgetvalue(rows.get(), i, 8), false);
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
           DeadLetter l;
@@ -368,6 +376,11 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         position.ordinal = ordinal;
         position.recovered = true;
         position.source = table;
+        position.commit_time_us = 0;
+        if (!PQgetisnull(rows.get(), i, 7)) {
+          const char* us = PQgetvalue(rows.get(), i, 7);
+          std::from_chars(us, us + std::strlen(us), position.commit_time_us);
+        }
         FormatPosition(position, &position_text);
         RecordHeaders(event, position_text, config.header_names, &headers);
         ++ordinal;

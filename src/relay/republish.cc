@@ -194,6 +194,29 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
   selection.what = "WHERE " + where;
   selection.count_only = request.dry_run;
 
+  if (request.consumer_retention.count() > 0 && !config.columns.created_at.empty()) {
+    uint64_t older = 0;
+    for (const std::string& table : config.tables) {
+      WALRELAY_ASSIGN_OR_RETURN(
+          std::string n,
+          Scalar(conn.get(),
+                 "SELECT count(*) FROM " + QuoteQualifiedName(table) + " WHERE (" + where +
+                     ") AND " + QuoteIdentifier(config.columns.created_at) + " < now() - " +
+                     QuoteLiteral(std::to_string(request.consumer_retention.count()) +
+                                  " milliseconds") +
+                     "::interval",
+                 "counting the rows older than the consumer retention"));
+      older += std::stoull(n);
+    }
+    if (older > 0) {
+      spdlog::warn(
+          "republish: {} of the selected rows are older than the consumers' inbox retention "
+          "({} ms): an inbox dead-letters such a record instead of applying it, since its "
+          "inbox row may be gone and it cannot tell whether it applied the event. Consumers "
+          "that must apply them: re-drive them from their dead letters after checking",
+          older, request.consumer_retention.count());
+    }
+  }
   std::unique_ptr<RecordSink> sink;
   std::unique_ptr<DeadLetterSink> dead_letters;
   if (request.dry_run) {

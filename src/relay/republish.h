@@ -15,6 +15,7 @@
 // snapshot shows and the selection leaves out was delivered before.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,11 @@ struct RepublishRequest {
   // interleave with new ones of the same aggregates in their partitions.
   bool while_relay_runs = false;
   bool dry_run = false;  // count the rows, publish nothing, create nothing
+  // The consumers' inbox retention (0: not said). Rows older than it (by created_at) are
+  // counted and warned about first: an inbox dead-letters a record whose event is older
+  // than its retention instead of applying it (src/inbox/inbox.h), since it can no longer
+  // tell whether it applied it.
+  std::chrono::milliseconds consumer_retention{0};
 };
 
 struct RepublishResult {

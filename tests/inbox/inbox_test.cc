@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "src/inbox/examples/ledger.h"
+#include "src/relay/republish.h"
+#include "src/relay/schema.h"
 #include "tests/inbox/inbox_test_util.h"
 #include "tests/kafka/test_consumer.h"
 
@@ -345,6 +347,63 @@ TEST_F(InboxTest, RebalancesInOneGroupWithMessagesInFlightLoseAndRepeatNothing) 
             static_cast<int64_t>(kEvents) * (kEvents + 1) / 2);
   EXPECT_EQ(a->stats().applied + b->stats().applied, static_cast<uint64_t>(kEvents));
   EXPECT_EQ(a->stats().dead_lettered + b->stats().dead_lettered, 0u);
+}
+
+// Issue 27, item 6: walrelay's own re-emission meets the inbox's retention. An event is
+// applied; the inbox's retention deletes its row; `walrelay republish --event-id` sends it
+// again as a new record. The record carries the event's time (walrelay.position
+// commit_time_us: the row's created_at), older than the retention: the inbox cannot tell
+// whether it applied it and dead-letters it with the reason instead. Applied once, the
+// balance unchanged. Before the fix the ledger credited the wallet twice.
+TEST_F(InboxTest, RepublishedEventOlderThanTheRetentionIsNotAppliedAgain) {
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  ASSERT_TRUE(pg_->Exec(relay::OutboxTableDdl("public.outbox")).ok());
+  relay::RelayConfig relay_config;
+  relay_config.source_dsn = pg_->conninfo();
+  relay_config.bootstrap_servers = kafka_->bootstraps();
+  relay::RepublishRequest request;
+  request.rows = relay::RepublishRequest::Rows::kEventIds;
+
+  InboxOptions o = Options("g-age", "payments");
+  o.inbox_retention = 3s;
+  o.replay_window = 1s;
+  o.retention_interval = 200ms;
+  auto consumer = InboxConsumer::Create(std::move(o), &ledger::CreditWallet);
+  ASSERT_TRUE(consumer.ok()) << consumer.status().ToString();
+  InboxConsumer& c = **consumer;
+  ASSERT_TRUE(c.EnsureSchema().ok());
+  Status run_status;
+  std::thread runner([&] { run_status = c.Run(); });
+  // A first payment of another wallet, so that the consumer is known to be consuming.
+  ProduceAll(kafka_->bootstraps(), "payments", {Payment(8)});
+  EXPECT_TRUE(WaitFor([&] { return c.stats().applied == 1; }, 30s));
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'w1', 'payments', 'PaymentCaptured', "
+                        "'{\"wallet\": \"w1\", \"amount\": 5}')")
+                  .ok());
+  const std::string event_id = *pg_->QueryScalar("SELECT event_id::text FROM outbox");
+  request.event_ids = {event_id};
+  auto first = relay::Republish(relay_config, request);  // the event's first delivery
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(WaitFor([&] { return c.stats().applied == 2; }, 30s));
+  // The retention deletes the inbox rows once they are 3 s old.
+  EXPECT_TRUE(WaitFor([&] { return QueryInt(*pg_, "SELECT count(*) FROM inbox") == 0; }, 30s));
+  request.consumer_retention = 3s;  // republish warns: the row is older than that
+  auto again = relay::Republish(relay_config, request);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(WaitFor([&] { return c.stats().dead_lettered == 1; }, 30s));
+  std::this_thread::sleep_for(500ms);
+  c.Stop();
+  runner.join();
+  EXPECT_TRUE(run_status.ok()) << run_status.ToString();
+  EXPECT_EQ(c.stats().applied, 2u) << "the republished event was applied a second time";
+  EXPECT_EQ(QueryInt(*pg_, "SELECT balance FROM wallet WHERE id = 'w1'"), 5);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM wallet_credit WHERE event_id = '" + event_id + "'"),
+            1);
+  auto reason = pg_->QueryScalar("SELECT reason FROM inbox_dead_letter");
+  ASSERT_TRUE(reason.ok()) << reason.status().ToString();
+  EXPECT_NE(reason->find("older than this inbox's retention of 3000 ms"), std::string::npos)
+      << *reason;
 }
 
 // Issue test 6: an inbox retention shorter than the replay window is refused at start.

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/cli/setup.h"
 #include "src/outbox/outbox.h"
 #include "src/relay/config.h"
 #include "src/relay/janitor.h"
@@ -199,6 +200,55 @@ TEST_F(CleanupTest, JanitorDeliversEverythingAndEmptiesTheOutboxAt200000Events) 
 // Lost-slot recovery republishes from the outbox tables: with the rows deleted by their
 // writers there is nothing to republish, so the configuration refuses recovery, with the
 // way out; and the poll mode, which reads rows, refuses the design.
+// Issue 27, done when: a range-partitioned outbox the user made goes through `walrelay
+// setup` (storage settings on its partitions, publication through the root, the slot),
+// streams, and the janitor empties it of delivered rows only. Rows written while the
+// brokers are down stay (undelivered, in both partitions, at ctids the delivered rows of
+// the other partition also have); once delivered, every row older than the retention goes
+// and the young ones stay.
+TEST_F(CleanupTest, UserRangePartitionedOutboxGoesThroughSetupStreamsAndIsCleanedOfDeliveredRowsOnly) {
+  ASSERT_TRUE(pg_->Exec("DROP TABLE outbox").ok());
+  ASSERT_TRUE(pg_->Exec(PartitionedOutboxTableDdl("public.outbox") +
+                        ";CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM "
+                        "('2000-01-01') TO ('2020-01-01');"
+                        "CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM "
+                        "('2020-01-01') TO ('2200-01-01')")
+                  .ok());
+  config_.outbox_retention = 1h;
+  config_.janitor_interval = 100ms;
+  config_.janitor_batch_rows = 100;
+  Status setup = cli::RunSetup(config_, /*create_tables=*/true, /*dry_run=*/false);
+  ASSERT_TRUE(setup.ok()) << setup.ToString();
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_class WHERE relname IN ('outbox_old', "
+                              "'outbox_now') AND reloptions::text LIKE "
+                              "'%autovacuum_vacuum_threshold=10000%'"),
+            "2");
+  auto count = [&](const std::string& table) {
+    return std::stoi(*pg_->QueryScalar("SELECT count(*) FROM " + table));
+  };
+  // 1,000 rows: half of them older than the retention (the old partition).
+  WriteRows(0, 2, 250, "'2001-01-01'::timestamptz");
+  WriteRows(500, 2, 250, "now() - interval '1 minute'");
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  EXPECT_EQ(DistinctIds(1000), 1000u);
+  for (int i = 0; i < 300 && count("outbox_old") > 0; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(count("outbox_old"), 0) << "delivered rows older than the retention stayed";
+  EXPECT_EQ(count("outbox_now"), 500) << "rows younger than the retention were deleted";
+  // Undelivered old rows stay, however old.
+  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+  WriteRows(1000, 1, 100, "'2001-01-01'::timestamptz");
+  std::this_thread::sleep_for(2s);  // twenty janitor rounds
+  EXPECT_EQ(count("outbox_old"), 100) << "an undelivered row was deleted";
+  EXPECT_EQ(count("outbox_now"), 500);
+  ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  for (int i = 0; i < 300 && count("outbox_old") > 0; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(count("outbox_old"), 0);
+  EXPECT_EQ(count("outbox_now"), 500);
+  EXPECT_EQ(DistinctIds(1100), 1100u);
+}
+
 // Issue 27, item 1, the janitor's twin: in a range-partitioned outbox, a round that
 // deletes the expired delivered rows of an old partition leaves the undelivered rows of
 // the current one, which sit at the same ctids, alone; in WAL mode (delivered = before the
