@@ -235,22 +235,23 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       ++window_first;
     }
   };
-  // Every loop turn: the watchdog sees the relay move; twice a second the caller's idle
-  // connections get a statement (invariant 12).
-  constexpr auto kKeepAliveEvery = std::chrono::milliseconds(500);
-  Clock::time_point next_keep_alive = Clock::now() + kKeepAliveEvery;
-  auto alive = [&]() -> Status {
-    stats.loop_ticks.fetch_add(1, std::memory_order_relaxed);
-    if (!selection.keep_alive || Clock::now() < next_keep_alive) return Status::Ok();
-    next_keep_alive = Clock::now() + kKeepAliveEvery;
-    return selection.keep_alive();
-  };
   auto save_progress = [&]() -> Status {
     advance();
     if (!track || acked_through == reported_through) return Status::Ok();
     WALRELAY_RETURN_IF_ERROR(selection.on_progress(acked_through));
     reported_through = acked_through;
     return Status::Ok();
+  };
+  // Every loop turn: the watchdog sees the relay move. Twice a second: the caller's idle
+  // connections get a statement, and the acked prefix is recorded (invariant 12).
+  constexpr auto kKeepAliveEvery = std::chrono::milliseconds(500);
+  Clock::time_point next_keep_alive = Clock::now() + kKeepAliveEvery;
+  auto alive = [&]() -> Status {
+    stats.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+    if (Clock::now() < next_keep_alive) return Status::Ok();
+    next_keep_alive = Clock::now() + kKeepAliveEvery;
+    if (selection.keep_alive) WALRELAY_RETURN_IF_ERROR(selection.keep_alive());
+    return save_progress();
   };
   ScopedDeliveryHandler handler(
       sink, [&](uint64_t cookie, const Status& st, size_t, const kafka::DeliveredRecord* record) {
@@ -341,7 +342,11 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
                   ") * 1000000)::bigint::text";
     const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " +
                                OutboxRowSelectList(config.columns) + ", " + created_at_us +
-                               (track ? ", " + QuoteIdentifier(config.columns.id) + "::text" : "") +
+                               // Named apart: ORDER BY "id" would take an output
+                               // column called id (text order) for the table's.
+                               (track ? ", " + QuoteIdentifier(config.columns.id) +
+                                            "::text AS walrelay_backfill_id"
+                                      : "") +
                                " FROM " +
                                QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
                                selection.order_by;
@@ -393,10 +398,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           if (stopped()) return cancelled();
           WALRELAY_RETURN_IF_ERROR(alive());
           advance();
-          if (Clock::now() - last_report >= kReportEvery) {
-            report(false);
-            WALRELAY_RETURN_IF_ERROR(save_progress());
-          }
+          if (Clock::now() - last_report >= kReportEvery) report(false);
         }
         Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal,
                                          /*timestamp_ms=*/0);  // commit time unknown
@@ -424,10 +426,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       if (!failure.ok()) return failure;
       if (stopped()) return cancelled();
       WALRELAY_RETURN_IF_ERROR(alive());
-      if (Clock::now() - last_report >= kReportEvery) {
-        report(false);
-        WALRELAY_RETURN_IF_ERROR(save_progress());
-      }
+      if (Clock::now() - last_report >= kReportEvery) report(false);
     }
     WALRELAY_RETURN_IF_ERROR(Exec(conn, "CLOSE backfill", "closing the cursor"));
   }
@@ -440,7 +439,6 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
     if (Clock::now() - last_report >= kReportEvery) {
       spdlog::warn("{}: waiting for {} acks", name, pending);
       last_report = Clock::now();
-      WALRELAY_RETURN_IF_ERROR(save_progress());
     }
   }
   if (!failure.ok()) return failure;

@@ -50,7 +50,7 @@
 //   4. Backfill(): under N, counts and publishes the rows above (unmappable ones are
 //      dead-lettered with `recovered` set, so they never collide with streamed letters),
 //      logging progress at least every 10 s, keeping the relay's other connections alive
-//      and its watchdog fed, recording every 10 s the id up to which every row was acked
+//      and its watchdog fed, recording every 500 ms the id up to which every row was acked
 //      (a redo resumes after it: rows it skips were either acked, or are not in N and so
 //      committed after the slot began and are streamed), and waits until Kafka acked all;
 //   5. records N as the bound, the slot's start as delivered, clears the mark, and
@@ -99,9 +99,10 @@ struct BackfillResult {
 // How a backfill runs long (invariant 12): `keep_alive` (may be empty) is called about
 // every 500 ms while rows are read or acks awaited (the caller keeps its idle connections
 // alive: idle_session_timeout, NAT idle cutoffs); `on_progress` (may be empty; only with an
-// id column, the order, and one outbox table) every 10 s and at the end with the id up to which every row was
-// acked or dead-lettered, so that a redo resumes after it; `after_id` (may be empty) is
-// where this run resumes: rows with a larger id only.
+// id column, the order, and one outbox table) as often, when it moved, and at the end,
+// with the id up to which every row was acked or dead-lettered, so that a redo resumes
+// after it; `after_id` (may be empty) is where this run resumes: rows with a larger id
+// only.
 struct BackfillControl {
   std::function<Status()> keep_alive;
   std::function<Status(const std::string& id)> on_progress;
@@ -129,8 +130,8 @@ struct RowSelection {
   std::string log_name;  // prefix of the log lines: "recovery", "republish"
   std::string what;      // which rows, for the log ("inserted by transactions from ...")
   bool count_only = false;  // count (BackfillResult::expected) and publish nothing
-  // Long work (BackfillControl): keep-alive every second, the acked id prefix every 10 s
-  // and at the end (only when config.columns.id is set: the order is then the id).
+  // Long work (BackfillControl): keep-alive and the acked id prefix every 500 ms, the
+  // prefix at the end too (only with config.columns.id, the order, and one table).
   std::function<Status()> keep_alive;
   std::function<Status(const std::string& id)> on_progress;
 };

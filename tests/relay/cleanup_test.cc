@@ -60,16 +60,7 @@ class CleanupTest : public RelayTest {
   }
   // Distinct event ids in kTopic, reading until `expected` are seen.
   size_t DistinctIds(size_t expected) {
-    std::set<std::string> ids;
-    size_t scanned = 0;
-    kafka::testing::ConsumeUntil(
-        kafka_->bootstraps(), kTopic, kTopicPartitions,
-        [&](const std::vector<kafka::testing::ConsumedRecord>& got) {
-          for (; scanned < got.size(); ++scanned) ids.insert(got[scanned].Header("event_id"));
-          return ids.size() >= expected;
-        },
-        120s);
-    return ids.size();
+    return DistinctEventIds(expected, 120s, kTopic, kTopicPartitions).size();
   }
 };
 

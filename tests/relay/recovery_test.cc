@@ -130,6 +130,62 @@ class RecoveryTest : public RelayTest {
     }
     return false;
   }
+
+  // The relay streams 500 events and records its bound; stopped, 300 more are written, the
+  // slot is dropped and the brokers go down; a relay started then recovers: it makes the
+  // slot anew and waits in the backfill for acks. Returns once that slot exists.
+  void StartARecoveryThatWaitsForTheBrokers() {
+    StartRelay();
+    WriteEvents(0, 5, 100);
+    ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+    ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+    StopRelay();
+    WriteEvents(500, 3, 100);
+    ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
+    ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
+    relay_ = std::make_unique<Relay>(config_);
+    thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+    bool slot_made = false;
+    for (int i = 0; i < 600 && !slot_made; ++i) {
+      std::this_thread::sleep_for(50ms);
+      slot_made = Recovering() == "t" &&
+                  *pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
+                                    "'walrelay'") == "1";
+    }
+    ASSERT_TRUE(slot_made) << "the relay never started recovering";
+  }
+
+  // Commits `n` table-less events msg-0 .. msg-<n-1> (logical messages).
+  void EmitMessages(int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
+                            "'{\"event_id\": \"msg-" +
+                            std::to_string(i) +
+                            "\", \"aggregate_type\": \"payment\", \"aggregate_id\": \"m\", "
+                            "\"event_type\": \"PaymentNoted\", \"payload\": {}}')")
+                      .ok());
+    }
+  }
+
+  // Every message msg-0 .. msg-<n-1> and every outbox row is in the topic, once or more.
+  void ExpectMessagesAndRowsArrived(int n) {
+    const int64_t end =
+        kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
+    auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
+                              static_cast<size_t>(end), 60s);
+    std::set<std::string> ids;
+    for (const auto& r : records) ids.insert(r.Header("event_id"));
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(ids.count("msg-" + std::to_string(i)), 1u) << "table-less event msg-" << i
+                                                            << " lost";
+    }
+    auto table = pg_->Query("SELECT event_id::text FROM outbox");
+    ASSERT_TRUE(table.ok());
+    EXPECT_EQ(table->size(), 800u);
+    for (const auto& row : *table) {
+      EXPECT_EQ(ids.count(*row[0]), 1u) << "row " << *row[0] << " lost";
+    }
+  }
 };
 
 TEST_F(RecoveryTest, LostSlotIsRecreatedAndTheOutboxRepublished) {
@@ -235,33 +291,10 @@ TEST_F(RecoveryTest, InterruptedRecoveryIsRedoneFromTheSameBound) {
 // until A streams; every message and every row arrives.
 TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) {
   config_.message_prefix = "walrelay.outbox";
-  StartRelay();
-  WriteEvents(0, 5, 100);
-  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
-  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
-  StopRelay();
-  WriteEvents(500, 3, 100);
-  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
-  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
-  relay_ = std::make_unique<Relay>(config_);
-  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
-  bool slot_made = false;
-  for (int i = 0; i < 600 && !slot_made; ++i) {
-    std::this_thread::sleep_for(50ms);
-    slot_made = Recovering() == "t" &&
-                *pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
-                                  "'walrelay'") == "1";
-  }
-  ASSERT_TRUE(slot_made) << "relay A never started recovering";
+  StartARecoveryThatWaitsForTheBrokers();  // relay A
+  ASSERT_FALSE(HasFatalFailure());
   constexpr int kMessages = 20;
-  for (int i = 0; i < kMessages; ++i) {
-    ASSERT_TRUE(pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
-                          "'{\"event_id\": \"msg-" +
-                          std::to_string(i) +
-                          "\", \"aggregate_type\": \"payment\", \"aggregate_id\": \"m\", "
-                          "\"event_type\": \"PaymentNoted\", \"payload\": {}}')")
-                    .ok());
-  }
+  EmitMessages(kMessages);
 
   auto second = std::make_unique<Relay>(config_);
   Status second_status;
@@ -280,20 +313,7 @@ TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) 
   second_thread.join();
   EXPECT_EQ(relay_->stats().slot_recoveries.load() + second->stats().slot_recoveries.load(), 1u);
   StopRelay();
-
-  const int64_t end =
-      kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
-  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
-                            static_cast<size_t>(end), 60s);
-  std::set<std::string> ids;
-  for (const auto& r : records) ids.insert(r.Header("event_id"));
-  for (int i = 0; i < kMessages; ++i) {
-    EXPECT_EQ(ids.count("msg-" + std::to_string(i)), 1u) << "table-less event msg-" << i
-                                                          << " lost";
-  }
-  auto table = pg_->Query("SELECT event_id::text FROM outbox");
-  ASSERT_TRUE(table.ok());
-  for (const auto& row : *table) EXPECT_EQ(ids.count(*row[0]), 1u) << "row " << *row[0] << " lost";
+  ExpectMessagesAndRowsArrived(kMessages);
 }
 
 // Issue 27, item 3: a recovery that is redone keeps the healthy slot the first attempt
@@ -304,33 +324,10 @@ TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) 
 // the slot and made a new one: the 20 messages were lost.
 TEST_F(RecoveryTest, RedoneRecoveryKeepsItsSlotAndTheTableLessEventsInIt) {
   config_.message_prefix = "walrelay.outbox";
-  StartRelay();
-  WriteEvents(0, 5, 100);
-  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
-  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
-  StopRelay();
-  WriteEvents(500, 3, 100);
-  ASSERT_TRUE(pg_->Exec("SELECT pg_drop_replication_slot('walrelay')").ok());
-  ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
-  relay_ = std::make_unique<Relay>(config_);
-  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
-  bool slot_made = false;
-  for (int i = 0; i < 600 && !slot_made; ++i) {
-    std::this_thread::sleep_for(50ms);
-    slot_made = Recovering() == "t" &&
-                *pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
-                                  "'walrelay'") == "1";
-  }
-  ASSERT_TRUE(slot_made) << "the relay never started recovering";
+  StartARecoveryThatWaitsForTheBrokers();
+  ASSERT_FALSE(HasFatalFailure());
   constexpr int kMessages = 20;
-  for (int i = 0; i < kMessages; ++i) {
-    ASSERT_TRUE(pg_->Exec("SELECT pg_logical_emit_message(true, 'walrelay.outbox', "
-                          "'{\"event_id\": \"msg-" +
-                          std::to_string(i) +
-                          "\", \"aggregate_type\": \"payment\", \"aggregate_id\": \"m\", "
-                          "\"event_type\": \"PaymentNoted\", \"payload\": {}}')")
-                    .ok());
-  }
+  EmitMessages(kMessages);
   StopRelay();  // mid-backfill: the recovery stays unfinished
   ASSERT_EQ(Recovering(), "t");
   ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
@@ -338,20 +335,7 @@ TEST_F(RecoveryTest, RedoneRecoveryKeepsItsSlotAndTheTableLessEventsInIt) {
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
   EXPECT_EQ(Recovering(), "f");
   StopRelay();
-  const int64_t end =
-      kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions);
-  auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions,
-                            static_cast<size_t>(end), 60s);
-  std::set<std::string> ids;
-  for (const auto& r : records) ids.insert(r.Header("event_id"));
-  for (int i = 0; i < kMessages; ++i) {
-    EXPECT_EQ(ids.count("msg-" + std::to_string(i)), 1u) << "table-less event msg-" << i
-                                                          << " lost by the redo";
-  }
-  auto table = pg_->Query("SELECT event_id::text FROM outbox");
-  ASSERT_TRUE(table.ok());
-  EXPECT_EQ(table->size(), 800u);
-  for (const auto& row : *table) EXPECT_EQ(ids.count(*row[0]), 1u) << "row " << *row[0] << " lost";
+  ExpectMessagesAndRowsArrived(kMessages);
 }
 
 // Issue 27, item 2: a slot made anew after the one walrelay streamed was dropped is never
@@ -480,16 +464,56 @@ TEST_F(RecoveryTest, LongBackfillSurvivesIdleSessionTimeout) {
   StopRelay();
   ASSERT_TRUE(pg_->Exec("ALTER ROLE CURRENT_USER RESET idle_session_timeout").ok());
   EXPECT_EQ(Recovering(), "f");
-  std::set<std::string> ids;
-  size_t scanned = 0;
-  kafka::testing::ConsumeUntil(
-      kafka_->bootstraps(), "recovery.big", 64,
-      [&](const std::vector<ConsumedRecord>& got) {
-        for (; scanned < got.size(); ++scanned) ids.insert(got[scanned].Header("event_id"));
-        return ids.size() >= 200100;
-      },
-      180s);
-  EXPECT_EQ(ids.size(), 200100u);
+  EXPECT_EQ(DistinctEventIds(200100, 180s, "recovery.big", 64).size(), 200100u);
+}
+
+// Issue 27, item 4: an interrupted backfill resumes instead of starting over. The backfill
+// records, twice a second, the id up to which every row was acknowledged; the relay is
+// stopped part-way through 100,000 rows; the next run keeps the slot the first one made
+// and publishes exactly the rows after that id. Every event arrives.
+TEST_F(RecoveryTest, InterruptedBackfillResumesAfterWhatWasAcknowledged) {
+  ASSERT_TRUE(kafka_->CreateTopic("recovery.big", 64, 3).ok());
+  config_.topic_template = "recovery.big";
+  StartRelay();
+  WriteEvents(0, 1, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'agg-' || (g % 5000), 'E', jsonb_build_object('seq', "
+                        "g) FROM generate_series(100, 100099) g;"
+                        "SELECT pg_drop_replication_slot('walrelay')")
+                  .ok());
+  ASSERT_TRUE(kafka_->SetBrokerRtt(-1, 5).ok());  // a backfill of a few seconds
+  config_.max_in_flight_events = 2000;
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  auto after_id = [&] {
+    auto v = pg_->QueryScalar(
+        "SELECT coalesce(backfill_after_id, '') FROM walrelay_progress WHERE slot = 'walrelay' "
+        "AND source = '*'");
+    return v.ok() ? *v : std::string();
+  };
+  for (int i = 0; i < 1000 && after_id().empty(); ++i) std::this_thread::sleep_for(20ms);
+  StopRelay();
+  const std::string after = after_id();
+  ASSERT_FALSE(after.empty()) << "no acknowledged prefix was recorded";
+  ASSERT_EQ(Recovering(), "t") << "the backfill finished before it could be interrupted";
+  const uint64_t remaining = std::stoull(
+      *pg_->QueryScalar("SELECT count(*) FROM outbox WHERE id > " + after));
+  ASSERT_TRUE(kafka_->SetBrokerRtt(-1, 0).ok());
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
+  std::printf("interrupted after id %s: the redo published %llu of 100,000 rows\n",
+              after.c_str(), static_cast<unsigned long long>(remaining));
+  EXPECT_LT(remaining, 100000u) << "the redo started over";
+  EXPECT_EQ(relay_->stats().events_produced.load(), remaining)
+      << "the redo did not resume exactly after the acknowledged prefix";
+  EXPECT_EQ(Recovering(), "f");
+  EXPECT_EQ(after_id(), "");
+  StopRelay();
+  EXPECT_EQ(DistinctEventIds(100100, 180s, "recovery.big", 64).size(), 100100u)
+      << "rows the redo skipped were not acknowledged";
 }
 
 // Issue 14: the janitor (outbox.retention_ms) and lost-slot recovery together. Rows written

@@ -81,11 +81,13 @@ class RelayTest : public ::testing::Test {
   }
 
   // Distinct event ids in the payment topic, reading until `expected` are seen.
-  std::set<std::string> DistinctEventIds(size_t expected, std::chrono::milliseconds timeout) {
+  std::set<std::string> DistinctEventIds(size_t expected, std::chrono::milliseconds timeout,
+                                         const std::string& topic = "outbox.payment",
+                                         int partitions = kPartitions) {
     std::set<std::string> ids;
     size_t scanned = 0;
     kafka::testing::ConsumeUntil(
-        kafka_->bootstraps(), "outbox.payment", kPartitions,
+        kafka_->bootstraps(), topic, partitions,
         [&](const std::vector<kafka::testing::ConsumedRecord>& got) {
           for (; scanned < got.size(); ++scanned) ids.insert(got[scanned].Header("event_id"));
           return ids.size() >= expected;

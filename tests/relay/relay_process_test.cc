@@ -66,6 +66,49 @@ double MetricValue(const std::string& page, const std::string& name) {
   return -1;
 }
 
+// systemd's notification socket (NOTIFY_SOCKET) as a test sees it: a datagram socket bound
+// at `path`; what arrives is appended to received(), each datagram followed by "|".
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    bound_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return bound_; }
+  std::string env() const { return "NOTIFY_SOCKET=" + path_; }
+  const std::string& received() const { return received_; }
+  // Reads what arrives for `duration`.
+  void ReadFor(std::chrono::milliseconds duration) {
+    ReadUntil({}, duration);
+  }
+  // Reads until received() contains `wanted` (non-empty) or `timeout` passes.
+  bool ReadUntil(std::string_view wanted, std::chrono::milliseconds timeout) {
+    auto seen = [&] { return !wanted.empty() && received_.find(wanted) != std::string::npos; };
+    for (auto until = std::chrono::steady_clock::now() + timeout;
+         std::chrono::steady_clock::now() < until && !seen();) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1) {
+        char buf[512];
+        const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+        if (n > 0) received_.append(buf, static_cast<size_t>(n)).append("|");
+      }
+    }
+    return seen();
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+  std::string received_;
+};
+
 class RelayProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -460,38 +503,19 @@ TEST_F(RelayProcessTest, PollModeSetupThenKillNineAtRandomMomentsLosesNothing) {
 // once it streams, pets the watchdog (WATCHDOG=1) within WATCHDOG_USEC while its loops
 // advance, and says STOPPING=1 on SIGTERM.
 TEST_F(RelayProcessTest, NotifiesSystemdReadinessWatchdogAndStopping) {
-  const std::string path = pg_->socket_dir() + "/notify.sock";
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  NotifySocket notify(pg_->socket_dir() + "/notify.sock");
+  ASSERT_TRUE(notify.ok());
   auto relay = Subprocess::Start(
       {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
        kafka_->bootstraps(), "--flow-status-interval-ms", "100"},
-      log_, {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=400000"});
+      log_, {notify.env(), "WATCHDOG_USEC=400000"});
   ASSERT_TRUE(relay.ok());
-  std::string received;
-  auto read_until = [&](std::string_view wanted, std::chrono::milliseconds timeout) {
-    for (auto until = std::chrono::steady_clock::now() + timeout;
-         std::chrono::steady_clock::now() < until;) {
-      if (received.find(wanted) != std::string::npos) return true;
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) == 1) {
-        char buf[512];
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n > 0) received.append(buf, static_cast<size_t>(n)).append("|");
-      }
-    }
-    return received.find(wanted) != std::string::npos;
-  };
-  EXPECT_TRUE(read_until("READY=1\nSTATUS=streaming slot walrelay", 30s)) << received;
-  EXPECT_TRUE(read_until("WATCHDOG=1", 5s)) << received;
+  EXPECT_TRUE(notify.ReadUntil("READY=1\nSTATUS=streaming slot walrelay", 30s))
+      << notify.received();
+  EXPECT_TRUE(notify.ReadUntil("WATCHDOG=1", 5s)) << notify.received();
   relay->Signal(SIGTERM);
-  EXPECT_TRUE(read_until("STOPPING=1", 30s)) << received;
+  EXPECT_TRUE(notify.ReadUntil("STOPPING=1", 30s)) << notify.received();
   EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
-  ::close(fd);
 }
 
 // Issue 27, item 4: a recovery pets the watchdog while it works. The slot is dropped
@@ -524,40 +548,24 @@ TEST_F(RelayProcessTest, RecoveryPetsTheWatchdogWhileBrokersAreDown) {
                   .ok());
   ASSERT_TRUE(kafka_->SetAllBrokersDown().ok());
 
-  const std::string path = pg_->socket_dir() + "/notify-recovery.sock";
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  NotifySocket notify(pg_->socket_dir() + "/notify-recovery.sock");
+  ASSERT_TRUE(notify.ok());
   auto relay = Subprocess::Start(
       {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
        kafka_->bootstraps(), "--flow-status-interval-ms", "100"},
-      log_, {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=2000000"});
+      log_, {notify.env(), "WATCHDOG_USEC=2000000"});
   ASSERT_TRUE(relay.ok());
-  std::string received;
-  auto read_for = [&](std::chrono::milliseconds duration) {
-    for (auto until = std::chrono::steady_clock::now() + duration;
-         std::chrono::steady_clock::now() < until;) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) == 1) {
-        char buf[512];
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n > 0) received.append(buf, static_cast<size_t>(n)).append("|");
-      }
-    }
-  };
   bool recovering = false;
   for (int i = 0; i < 300 && !recovering; ++i) {
-    read_for(100ms);
+    notify.ReadFor(100ms);
     auto v = pg_->QueryScalar(
         "SELECT recovering FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'");
     recovering = v.ok() && *v == "t";
   }
   ASSERT_TRUE(recovering) << relay->LogTail();
-  const size_t from = received.size();
-  read_for(6s);  // the watchdog is petted every WATCHDOG_USEC / 2 while the loops move
+  const size_t from = notify.received().size();
+  notify.ReadFor(6s);  // the watchdog is petted every WATCHDOG_USEC / 2 while the loops move
+  const std::string& received = notify.received();
   size_t pets = 0;
   for (size_t at = from; (at = received.find("WATCHDOG=1", at)) != std::string::npos; ++at) {
     ++pets;
@@ -568,7 +576,6 @@ TEST_F(RelayProcessTest, RecoveryPetsTheWatchdogWhileBrokersAreDown) {
   EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << relay->LogTail();
   relay->Signal(SIGTERM);
   EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
-  ::close(fd);
   CheckDelivered(ConsumeToEnd(60s), 3000);
 }
 
