@@ -148,6 +148,14 @@ inline constexpr MetricName kTableOldestRowAge{
 inline constexpr MetricName kSlotRecoveries{
     "walrelay_slot_recoveries_total",
     "Times the slot was found lost or missing and recreated, re-publishing from the outbox."};
+inline constexpr MetricName kRecovering{
+    "walrelay_recovering",
+    "1 while a lost-slot recovery republishes from the outbox tables (nothing streams "
+    "meanwhile), else 0."};
+inline constexpr MetricName kRecoveryRowsRemaining{
+    "walrelay_recovery_rows_remaining",
+    "Rows the running recovery has still to republish (counted under its snapshot; updated "
+    "every 10 s); 0 when none runs."};
 
 // --- slot guard (SlotGuard) and `walrelay lag --prometheus`; label slot = slot name
 // (`walrelay lag` adds plugin, database and slot_type).

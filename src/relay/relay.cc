@@ -610,6 +610,13 @@ Status Relay::StartObservability() {
   counter(mn::kHeartbeatsSent, stats_.heartbeats_sent);
   counter(mn::kHeartbeatsReceived, stats_.heartbeats);
   counter(mn::kSlotRecoveries, stats_.slot_recoveries);
+  gauge(mn::kRecovering, stats_.recovering);
+  r.AddGaugeCallback(mn::kRecoveryRowsRemaining.name, mn::kRecoveryRowsRemaining.help, {}, [this] {
+    if (stats_.recovering.load() == 0) return 0.0;
+    const uint64_t expected = stats_.recovery_rows_expected.load();
+    const uint64_t done = stats_.recovery_rows_done.load();
+    return expected > done ? static_cast<double>(expected - done) : 0.0;
+  });
   gauge(mn::kInFlightEvents, stats_.in_flight_events);
   gauge(mn::kInFlightBytes, stats_.in_flight_bytes);
   gauge(mn::kFlushLsn, stats_.flush_lsn);

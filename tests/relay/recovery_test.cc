@@ -336,6 +336,11 @@ TEST_F(RecoveryTest, RedoneRecoveryKeepsItsSlotAndTheTableLessEventsInIt) {
   config_.message_prefix = "walrelay.outbox";
   StartARecoveryThatWaitsForTheBrokers();
   ASSERT_FALSE(HasFatalFailure());
+  // The operator sees the recovery in the metrics too (invariant 12).
+  const std::string metrics = relay_->RenderMetrics();
+  EXPECT_NE(metrics.find("\nwalrelay_recovering 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nwalrelay_recovery_rows_remaining 300\n"), std::string::npos)
+      << metrics;
   constexpr int kMessages = 20;
   EmitMessages(kMessages);
   StopRelay();  // mid-backfill: the recovery stays unfinished
@@ -344,6 +349,7 @@ TEST_F(RecoveryTest, RedoneRecoveryKeepsItsSlotAndTheTableLessEventsInIt) {
   StartRelay();
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
   EXPECT_EQ(Recovering(), "f");
+  EXPECT_NE(relay_->RenderMetrics().find("\nwalrelay_recovering 0\n"), std::string::npos);
   StopRelay();
   ExpectMessagesAndRowsArrived(kMessages);
 }
