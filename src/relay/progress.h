@@ -60,6 +60,14 @@ struct Progress {
   // An unfinished backfill had every row up to this id (outbox.columns id) acked: its redo
   // starts after it. Empty: none, or the backfill does not order by id.
   std::string backfill_after_id;
+
+  // Whether walrelay can vouch for a slot confirmed up to `confirmed_flush` (its
+  // confirmed_flush_lsn; nullopt: nothing confirmed): it is within the recorded delivered
+  // position, or no position was recorded (a slot never streamed, or a table of an earlier
+  // version: adopted as it is).
+  bool Vouches(const std::optional<Lsn>& confirmed_flush) const {
+    return !delivered || !confirmed_flush || *confirmed_flush <= *delivered;
+  }
 };
 
 class ProgressStore {

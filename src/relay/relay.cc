@@ -238,9 +238,8 @@ Status Relay::Session::Start() {
   // recorded position was not advanced by walrelay: made anew after the one it streamed
   // was dropped or lost (by setup, by hand, by another tool), and missing the events
   // between. It is recovered like a lost slot, or refused.
-  const bool untrusted = existing.ok() && !lost && progress.delivered &&
-                         existing->confirmed_flush_lsn &&
-                         *existing->confirmed_flush_lsn > *progress.delivered;
+  const bool untrusted =
+      existing.ok() && !lost && !progress.Vouches(existing->confirmed_flush_lsn);
   Lsn delivered;  // where the confirmation gate starts: the slot's trusted position
   if (progress.recovering || ((missing || lost || untrusted) && progress.exists)) {
     const SlotCondition condition = missing     ? SlotCondition::kGone

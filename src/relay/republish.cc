@@ -110,7 +110,7 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
     WALRELAY_ASSIGN_OR_RETURN(progress, ProgressStore::Open(conninfo, config.progress_table));
     WALRELAY_ASSIGN_OR_RETURN(Progress p, progress->Load(config.slot));
     resume = slot.ok() && !slot->invalidated() && p.recovering && p.slot_origin == "republish" &&
-             p.delivered && slot->confirmed_flush_lsn && *slot->confirmed_flush_lsn <= *p.delivered;
+             p.delivered && slot->confirmed_flush_lsn && p.Vouches(slot->confirmed_flush_lsn);
   }
   if (request.create_slot && !resume) {
     if (slot.ok()) {
