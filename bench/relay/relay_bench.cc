@@ -18,11 +18,11 @@
 #include "decoder/transaction_assembler.h"
 #include "src/kafka/mock_cluster.h"
 #include "src/kafka/producer.h"
-#include "src/relay/ack_tracker.h"
-#include "src/relay/dead_letter.h"
-#include "src/relay/outbox_mapper.h"
-#include "src/relay/pipeline.h"
-#include "src/relay/recording.h"
+#include "src/relay/core/ack_tracker.h"
+#include "src/relay/core/dead_letter.h"
+#include "src/relay/core/outbox_mapper.h"
+#include "src/relay/core/pipeline.h"
+#include "src/relay/commands/recording.h"
 #include "tests/decoder/wire_builder.h"
 
 namespace walrelay::relay {

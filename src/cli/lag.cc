@@ -18,9 +18,9 @@
 #include "slot/slot_admin.h"
 #include "src/cli/options.h"
 #include "src/metrics/registry.h"
-#include "src/relay/metric_names.h"
-#include "src/relay/slot_guard.h"
-#include "src/relay/table_health.h"
+#include "src/relay/core/metric_names.h"
+#include "src/relay/lifecycle/slot_guard.h"
+#include "src/relay/lifecycle/table_health.h"
 
 namespace walrelay::cli {
 namespace {

@@ -26,10 +26,10 @@
 #include "src/cli/record.h"
 #include "src/cli/sd_notify.h"
 #include "src/cli/setup.h"
-#include "src/relay/redrive.h"
-#include "src/relay/relay.h"
-#include "src/relay/republish.h"
-#include "src/relay/takeover.h"
+#include "src/relay/commands/redrive.h"
+#include "src/relay/run/relay.h"
+#include "src/relay/commands/republish.h"
+#include "src/relay/commands/cutover.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "src/relay/config.h"
+#include "src/relay/core/config.h"
 
 namespace walrelay::cli {
 

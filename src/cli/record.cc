@@ -13,8 +13,8 @@
 #include "slot/replication_connection.h"
 #include "slot/slot_admin.h"
 #include "slot/wire.h"
-#include "src/relay/plugin_options.h"
-#include "src/relay/recording.h"
+#include "src/relay/core/plugin_options.h"
+#include "src/relay/commands/recording.h"
 
 namespace walrelay::cli {
 namespace {

@@ -14,9 +14,9 @@
 
 #include "src/cli/record.h"
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/dead_letter.h"
-#include "src/relay/pipeline.h"
-#include "src/relay/recording.h"
+#include "src/relay/core/dead_letter.h"
+#include "src/relay/core/pipeline.h"
+#include "src/relay/commands/recording.h"
 
 namespace walrelay::cli {
 namespace {

@@ -5,9 +5,9 @@
 
 #include "slot/pg_error.h"
 #include "slot/slot_admin.h"
-#include "src/relay/partitions.h"
-#include "src/relay/progress.h"
-#include "src/relay/schema.h"
+#include "src/relay/lifecycle/partitions.h"
+#include "src/relay/core/progress.h"
+#include "src/relay/core/schema.h"
 
 namespace walrelay::cli {
 std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables,

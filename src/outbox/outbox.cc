@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "slot/pg_error.h"
-#include "src/relay/schema.h"
+#include "src/relay/core/schema.h"
 
 namespace walrelay::outbox {
 namespace {

@@ -59,7 +59,7 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "src/relay/config.h"
+#include "src/relay/core/config.h"
 
 typedef struct pg_conn PGconn;
 

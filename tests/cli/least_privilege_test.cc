@@ -9,7 +9,7 @@
 
 #include "src/cli/setup.h"
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/relay.h"
+#include "src/relay/run/relay.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 

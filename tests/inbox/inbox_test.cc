@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "src/inbox/examples/ledger.h"
-#include "src/relay/republish.h"
-#include "src/relay/schema.h"
+#include "src/relay/commands/republish.h"
+#include "src/relay/core/schema.h"
 #include "tests/inbox/inbox_test_util.h"
 #include "tests/kafka/test_consumer.h"
 

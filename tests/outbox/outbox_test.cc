@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "src/relay/outbox_mapper.h"
-#include "src/relay/schema.h"
+#include "src/relay/core/outbox_mapper.h"
+#include "src/relay/core/schema.h"
 #include "tests/support/pg_cluster.h"
 
 namespace walrelay::outbox {

@@ -1,4 +1,4 @@
-#include "src/relay/ack_tracker.h"
+#include "src/relay/core/ack_tracker.h"
 
 #include <gtest/gtest.h>
 

@@ -12,10 +12,10 @@
 
 #include "src/cli/setup.h"
 #include "src/outbox/outbox.h"
-#include "src/relay/config.h"
-#include "src/relay/janitor.h"
-#include "src/relay/partitions.h"
-#include "src/relay/schema.h"
+#include "src/relay/core/config.h"
+#include "src/relay/lifecycle/janitor.h"
+#include "src/relay/lifecycle/partitions.h"
+#include "src/relay/core/schema.h"
 #include "tests/relay/relay_fixture.h"
 
 namespace walrelay::relay {

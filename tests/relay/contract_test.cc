@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/headers.h"
-#include "src/relay/dead_letter.h"
-#include "src/relay/pipeline.h"
+#include "src/relay/core/dead_letter.h"
+#include "src/relay/core/pipeline.h"
 #include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {

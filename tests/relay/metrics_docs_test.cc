@@ -33,7 +33,7 @@ std::set<std::string> Names(const std::string& text, const std::regex& re) {
 TEST(MetricsDocsTest, AlertsAndDashboardUseExportedMetrics) {
   const std::string root = WALRELAY_SOURCE_DIR;
   const std::set<std::string> exported =
-      Names(Read(root + "/src/relay/metric_names.h"), std::regex("\"(walrelay_[a-z0-9_]+)\""));
+      Names(Read(root + "/src/relay/core/metric_names.h"), std::regex("\"(walrelay_[a-z0-9_]+)\""));
   ASSERT_GT(exported.size(), 20u);
   const std::regex used("\\b(walrelay_[a-z0-9_]+)");
   std::vector<std::string> files = {root + "/docker/alerts.yml"};

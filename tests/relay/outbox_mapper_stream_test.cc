@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "decoder/pgoutput.h"
-#include "src/relay/outbox_mapper.h"
+#include "src/relay/core/outbox_mapper.h"
 #include "tests/decoder/wire_builder.h"
 
 namespace walrelay::relay {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "src/relay/outbox_mapper.h"
+#include "src/relay/core/outbox_mapper.h"
 
 namespace walrelay::relay {
 namespace {

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "src/relay/pipeline.h"
+#include "src/relay/core/pipeline.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // The Pipeline against streams a correct walsender never sends: what it refuses and what
 // it then confirms (nothing past the last good transaction); and how it waits for the
 // database while Kafka holds its events.
-#include "src/relay/pipeline.h"
+#include "src/relay/core/pipeline.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/dead_letter.h"
+#include "src/relay/core/dead_letter.h"
 #include "tests/relay/pipeline_test_util.h"
 
 namespace walrelay::relay {

@@ -13,7 +13,7 @@
 
 #include "base/lsn.h"
 #include "slot/replication_connection.h"
-#include "src/relay/pipeline.h"
+#include "src/relay/core/pipeline.h"
 #include "tests/decoder/wire_builder.h"
 
 namespace walrelay::relay::testing {

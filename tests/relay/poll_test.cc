@@ -11,8 +11,8 @@
 #include <set>
 
 #include "src/cli/setup.h"
-#include "src/relay/poller.h"
-#include "src/relay/republish.h"
+#include "src/relay/polling/poller.h"
+#include "src/relay/commands/republish.h"
 #include "tests/relay/relay_fixture.h"
 
 namespace walrelay::relay {

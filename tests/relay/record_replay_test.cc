@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "base/lsn.h"
-#include "src/relay/recording.h"
-#include "src/relay/schema.h"
+#include "src/relay/commands/recording.h"
+#include "src/relay/core/schema.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/subprocess.h"
 

@@ -1,7 +1,7 @@
 // The snapshot bound's arithmetic (recovery.h): parsing, the refusals, the predicate.
 #include <gtest/gtest.h>
 
-#include "src/relay/recovery.h"
+#include "src/relay/recovery/backfill.h"
 
 namespace walrelay::relay {
 namespace {

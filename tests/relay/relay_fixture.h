@@ -15,8 +15,8 @@
 
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/relay.h"
-#include "src/relay/schema.h"
+#include "src/relay/run/relay.h"
+#include "src/relay/core/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"

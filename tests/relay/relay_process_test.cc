@@ -25,7 +25,7 @@
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
 #include "base/position.h"
-#include "src/relay/schema.h"
+#include "src/relay/core/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"

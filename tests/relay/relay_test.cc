@@ -1,6 +1,6 @@
 // End-to-end relay tests: a throwaway PostgreSQL 15, librdkafka's mock cluster in process,
 // the Relay on its own thread, and a plain Kafka consumer reading what arrived.
-#include "src/relay/relay.h"
+#include "src/relay/run/relay.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -18,10 +18,10 @@
 #include "base/lsn.h"
 #include "src/kafka/mock_cluster.h"
 #include "src/metrics/registry.h"
-#include "src/relay/dead_letter.h"
+#include "src/relay/core/dead_letter.h"
 #include "base/position.h"
-#include "src/relay/redrive.h"
-#include "src/relay/schema.h"
+#include "src/relay/commands/redrive.h"
+#include "src/relay/core/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
 #include "tests/support/pg_cluster.h"

@@ -2,7 +2,7 @@
 // EvaluateSlot) run without a server; the rest against a throwaway PostgreSQL 15
 // (TestCluster): a slot created and never read while the database churns crosses warn,
 // then critical; a small max_slot_wal_keep_size gets a slot invalidated ('lost').
-#include "src/relay/slot_guard.h"
+#include "src/relay/lifecycle/slot_guard.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "src/metrics/registry.h"
-#include "src/relay/metric_names.h"
-#include "src/relay/table_health.h"
+#include "src/relay/core/metric_names.h"
+#include "src/relay/lifecycle/table_health.h"
 #include "tests/support/pg_cluster.h"
 
 namespace walrelay::relay {

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "src/kafka/mock_cluster.h"
-#include "src/relay/schema.h"
+#include "src/relay/core/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"

@@ -1,4 +1,4 @@
-#include "src/relay/topic_errors.h"
+#include "src/relay/core/topic_errors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,257 @@
+#include "src/relay/core/config.h"
+
+#include <cstdlib>
+
+#include "base/sql.h"
+#include "slot/pg_error.h"
+#include "src/relay/polling/poller.h"
+#include "src/relay/lifecycle/slot_guard.h"
+
+namespace walrelay::relay {
+
+Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config) {
+  if (profile == "walrelay") {
+    config->profile = "walrelay";
+    return Status::Ok();
+  }
+  if (profile != "debezium") {
+    return InvalidArgumentError("outbox.profile: expected walrelay or debezium, got '" +
+                                std::string(profile) + "'");
+  }
+  config->profile = "debezium";
+  // Debezium's documented outbox table (id uuid, aggregatetype, aggregateid, type,
+  // payload jsonb) and the Outbox Event Router's defaults: table.field.event.id=id,
+  // table.field.event.key=aggregateid, table.field.event.payload=payload,
+  // route.by.field=aggregatetype, route.topic.replacement=outbox.event.${routedByValue}.
+  config->columns = OutboxColumns{};
+  config->columns.id = "";  // the uuid id orders nothing; recovery orders by transaction
+  config->columns.event_id = "id";
+  config->columns.aggregate_type = "aggregatetype";
+  config->columns.aggregate_id = "aggregateid";
+  config->columns.topic = "";
+  config->columns.event_type = "type";
+  config->columns.payload = "payload";
+  config->columns.headers = "";
+  config->columns.created_at = "";
+  config->topic_template = "outbox.event.${aggregate_type}";
+  // The router puts the event id in header `id` and nothing else in headers (the type
+  // only with table.fields.additional.placement=type:header:NAME: set event_type=NAME).
+  config->header_names = HeaderNames{"id", "", "", std::string(headers::kPosition)};
+  // Debezium's record timestamp is the source event's time (the commit).
+  config->record_timestamp = RecordTimestamp::kCommit;
+  // The connector's default slot.name and publication.name.
+  config->slot = "debezium";
+  config->publication = "dbz_publication";
+  return Status::Ok();
+}
+
+namespace {
+
+bool LibpqEnvironmentNamesAServer() {
+  for (const char* name : {"PGHOST", "PGHOSTADDR", "PGDATABASE", "PGSERVICE"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+slot::ConnInfo RelayConfig::SourceConninfo() const { return {source_dsn, source_password}; }
+
+Status RelayConfig::Validate() const {
+  for (const std::string& t : allowed_topics) {
+    const std::string_view name =
+        !t.empty() && t.back() == '*' ? std::string_view(t).substr(0, t.size() - 1) : t;
+    if (name.empty() || name.find('*') != std::string_view::npos ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+            std::string_view::npos) {
+      return InvalidArgumentError("outbox.allowed_topics: '" + t +
+                                  "' is neither a topic name nor a prefix ending in '*' "
+                                  "(e.g. payments.*)");
+    }
+  }
+  // Without a DSN libpq's environment decides (as for psql, pg_recvlogical and `walrelay
+  // lag`), but only when it names a server or service: a relay started with neither is
+  // more likely misconfigured than meant for the local default socket.
+  if (source_dsn.empty() && !LibpqEnvironmentNamesAServer()) {
+    return InvalidArgumentError(
+        "no source database: set --source-dsn (or WALRELAY_SOURCE_DSN, or source.dsn in the "
+        "config file), e.g. 'host=/var/run/postgresql dbname=app user=walrelay', or libpq's "
+        "PGHOST/PGDATABASE/PGSERVICE (with PGPORT, PGUSER)");
+  }
+  if (bootstrap_servers.empty() && !embedded_kafka) {
+    return InvalidArgumentError(
+        "no Kafka: set --kafka-bootstrap-servers host:port (or --kafka-embedded true for a demo)");
+  }
+  if (plugin != "pgoutput" && plugin != "wal2json") {
+    return InvalidArgumentError("--source-plugin '" + plugin + "': expected pgoutput or wal2json");
+  }
+  if (slot.empty() || publication.empty()) {
+    return InvalidArgumentError("--source-slot and --source-publication must not be empty");
+  }
+  if (source_mode == SourceMode::kPoll) {
+    if (tables.empty()) {
+      return InvalidArgumentError(
+          "--source-mode poll reads outbox tables: give at least one --source-table");
+    }
+    if (!message_prefix.empty()) {
+      return InvalidArgumentError(
+          "--source-message-prefix with --source-mode poll: table-less events "
+          "(pg_logical_emit_message) exist only in the WAL, a poller never sees them. Write "
+          "events to an outbox table, or use --source-mode wal");
+    }
+    if (columns.id.empty()) {
+      return InvalidArgumentError(
+          "--source-mode poll orders rows by an integer id column (outbox.columns id=...), and "
+          "none is configured (the debezium profile's id is a uuid, which orders nothing): add "
+          "a bigint identity column and name it");
+    }
+    if (poll_batch_rows < 1 || poll_batch_rows > 10000) {
+      return InvalidArgumentError("--poll-batch-rows " + std::to_string(poll_batch_rows) +
+                                  ": expected 1..10000 (50-200 is the usual range)");
+    }
+    if (poll_max_attempts < 1) {
+      return InvalidArgumentError("--poll-max-attempts must be at least 1");
+    }
+    if (auto shard = ParsePollShard(poll_shard); !shard.ok()) return shard.status();
+  }
+  if (tables.empty() && message_prefix.empty()) {
+    return InvalidArgumentError(
+        "nothing to relay: give at least one --source-table or a --source-message-prefix");
+  }
+  // Names follow SQL's rules (base/sql.h); outbox tables must name their schema, so that
+  // no search_path decides which table is the outbox.
+  for (const auto& t : tables) {
+    auto name = ParseQualifiedName(t);
+    if (!name.ok()) return name.status().WithContext("--source-table");
+    if (name->schema.empty()) {
+      return InvalidArgumentError("--source-table '" + t +
+                                  "' must be schema-qualified, e.g. public." + t);
+    }
+  }
+  for (const auto& [flag, value] : {std::pair{"--dead-letter-table", &dead_letter_table},
+                                    std::pair{"--recovery-progress-table", &progress_table}}) {
+    if (auto name = ParseQualifiedName(*value); !name.ok()) {
+      return name.status().WithContext(flag);
+    }
+  }
+  if (columns.event_id.empty() || columns.aggregate_id.empty() || columns.event_type.empty() ||
+      columns.payload.empty()) {
+    return InvalidArgumentError(
+        "--outbox-column: event_id, aggregate_id, event_type and payload are required columns");
+  }
+  {
+    const HeaderNames& h = header_names;
+    if (h.event_id.empty() || h.position.empty()) {
+      return InvalidArgumentError(
+          "outbox.headers: event_id and position need a header name (consumers dedup on the "
+          "event id; the position says where an event came from); only event_type and "
+          "aggregate_type may be empty (not written)");
+    }
+    const std::string* names[] = {&h.event_id, &h.event_type, &h.aggregate_type, &h.position};
+    for (size_t i = 0; i < 4; ++i) {
+      for (size_t j = i + 1; j < 4; ++j) {
+        if (!names[i]->empty() && headers::SameNameIgnoringCase(*names[i], *names[j])) {
+          return InvalidArgumentError("outbox.headers: two headers are named '" + *names[i] +
+                                      "'; give each its own name");
+        }
+      }
+    }
+  }
+  if (outbox_retention.count() < 0 || janitor_batch_rows < 1 || janitor_batch_rows > 100000 ||
+      janitor_interval.count() < 10) {
+    return InvalidArgumentError(
+        "outbox janitor: retention_ms >= 0 (0 = off), janitor_batch_rows 1..100000, "
+        "janitor_interval_ms >= 10");
+  }
+  if (outbox_cleanup == OutboxCleanup::kSameTransaction) {
+    if (recovery_enabled) {
+      return InvalidArgumentError(
+          "outbox.cleanup same-transaction: writers delete each outbox row in the transaction "
+          "that inserted it, so lost-slot recovery has no rows to republish from. Set "
+          "--recovery-enabled false to run knowingly: a lost slot then stops walrelay (exit "
+          "3) and the events it had not delivered are gone; bound max_slot_wal_keep_size "
+          "generously and alert on slot lag (docs/operations.md, section 4)");
+    }
+    if (source_mode == SourceMode::kPoll) {
+      return InvalidArgumentError(
+          "outbox.cleanup same-transaction with --source-mode poll: a poller reads rows, and "
+          "the writers delete them before anyone can; use the janitor (outbox.retention_ms)");
+    }
+    if (outbox_retention.count() > 0) {
+      return InvalidArgumentError(
+          "outbox.cleanup same-transaction leaves no row to delete: set outbox.retention_ms 0");
+    }
+  }
+  if (outbox_cleanup == OutboxCleanup::kPartitions) {
+    if (outbox_retention.count() <= 0) {
+      return InvalidArgumentError(
+          "outbox.cleanup partitions drops partitions older than outbox.retention_ms: set it "
+          "(e.g. 86400000 for a day)");
+    }
+    for (const auto& t : tables) {
+      auto name = ParseQualifiedName(t);
+      if (name.ok() && name->name.size() > 52) {  // + "_pYYYYMMDDHH" within 63 bytes
+        return InvalidArgumentError("outbox.cleanup partitions: the name of table " + t +
+                                    " is longer than 52 bytes, too long for its partitions' "
+                                    "names (<table>_pYYYYMMDDHH, 63 bytes at most)");
+      }
+    }
+  }
+  if (outbox_retention.count() > 0 && (columns.created_at.empty() || tables.empty())) {
+    return InvalidArgumentError(
+        "outbox.retention_ms needs outbox tables with a timestamp column (outbox.columns "
+        "created_at): the janitor deletes rows older than the retention by it");
+  }
+  if (topic_template.empty() && columns.topic.empty()) {
+    return InvalidArgumentError(
+        "no way to choose a topic: set --outbox-topic-template or a topic column");
+  }
+  if (max_in_flight_events < 1 || max_in_flight_bytes < 1024) {
+    return InvalidArgumentError(
+        "--flow-max-in-flight-events must be >= 1 and --flow-max-in-flight-bytes >= 1024");
+  }
+  if (status_interval.count() < 10 || reconnect_min.count() < 1 || reconnect_max < reconnect_min ||
+      shutdown_timeout.count() < 0 || kafka_topic_error_timeout.count() < 0 ||
+      standby_interval.count() < 10) {
+    return InvalidArgumentError(
+        "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
+        "reconnect-max, shutdown timeout, heartbeat interval >= 0, "
+        "guard interval >= 100 ms, standby interval >= 10 ms");
+  }
+  for (const char* key : {"enable.idempotence", "acks"}) {
+    auto it = kafka_properties.find(key);
+    if (it == kafka_properties.end()) continue;
+    bool weakened = std::string(key) == "acks" ? (it->second != "all" && it->second != "-1")
+                                               : it->second != "true";
+    if (weakened) {
+      return InvalidArgumentError(std::string("--kafka-property ") + key + "=" + it->second +
+                                  " would allow lost or duplicated-out-of-order events; walrelay "
+                                  "requires enable.idempotence=true and acks=all");
+    }
+  }
+  for (const char* key : {"message.timeout.ms", "delivery.timeout.ms"}) {
+    auto it = kafka_properties.find(key);
+    if (it != kafka_properties.end() && it->second != "0") {
+      return InvalidArgumentError(std::string("--kafka-property ") + key + "=" + it->second +
+                                  " would let librdkafka give up on a record and deliver later "
+                                  "ones of its partition first; walrelay never times records "
+                                  "out (the slot holds them while Kafka is away): remove it");
+    }
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"--guard-warn", &guard_warn}, std::pair{"--guard-critical", &guard_critical}}) {
+    auto t = Threshold::Parse(*value);
+    if (!t.ok()) return InvalidArgumentError(std::string(flag) + ": " + t.status().message());
+  }
+  if (log_format != "text" && log_format != "json") {
+    return InvalidArgumentError("ops.log_format: expected text or json, got '" + log_format + "'");
+  }
+  if (log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
+      log_level != "error") {
+    return InvalidArgumentError("--ops-log-level must be trace, debug, info, warn or error");
+  }
+  return Status::Ok();
+}
+
+}  // namespace walrelay::relay

@@ -1,0 +1,297 @@
+// Pipeline: the relay's streaming core, independent of where the replication frames come
+// from (the live slot, or a recording being replayed) and where records go (Kafka, or
+// nowhere for decode-and-map benchmarks). One Pipeline lives for one session.
+//
+//   FrameSource ─► pgoutput::Decode ─► TransactionAssembler ─► OutboxMapper ─► RecordSink
+//        ▲                                                                        │
+//        └──── SendStatus(flush = AckTracker::FlushLsn) ◄──── delivery reports ◄──┘
+//
+// See relay.h for the guarantees (acked-only flush, backpressure, dead letters, idle
+// confirmation). Delivery reports: OK acks the event; kInvalidArgument (the record itself
+// refused) dead-letters it from the record's own headers; kNotFound / kPermissionDenied
+// start the topic's clock in TopicErrors; every other failure (kCancelled included: a
+// purge happens only to restart) ends the session with the first failure. Before the
+// first record of a topic the sink is asked whether the topic exists and may be written.
+// Thread safety: single-threaded; the sink calls OnDelivery() on the pipeline's thread,
+// from inside Produce/Poll/Flush.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "base/status.h"
+#include "decoder/pgoutput.h"
+#include "decoder/transaction_assembler.h"
+#include "decoder/wal2json.h"
+#include "slot/replication_connection.h"
+#include "src/kafka/producer.h"
+#include "src/metrics/registry.h"
+#include "src/relay/core/ack_tracker.h"
+#include "src/relay/core/config.h"
+#include "src/relay/core/dead_letter.h"
+#include "src/relay/core/outbox_mapper.h"
+#include "src/relay/core/relay_stats.h"
+#include "src/relay/core/topic_errors.h"
+
+namespace walrelay::relay {
+
+// Where mapped records go. Every accepted Produce() gets exactly one delivery report,
+// passed to the handler set with SetDeliveryHandler() from inside Produce/Poll/Flush.
+class RecordSink {
+ public:
+  // `record` is null when the sink has no record to show (only consulted on failures).
+  using DeliveryHandler = std::function<void(uint64_t cookie, const Status& status, size_t bytes,
+                                             const kafka::DeliveredRecord* record)>;
+  virtual ~RecordSink() = default;
+  virtual void SetDeliveryHandler(DeliveryHandler handler) = 0;
+  // kInvalidArgument: the record can never be delivered (dead-letter it); other errors
+  // end the session. `timestamp_ms`: the record's timestamp, 0 = when produced.
+  virtual Status Produce(std::string_view topic, std::string_view key, std::string_view value,
+                         std::span<const kafka::Header> headers, uint64_t cookie,
+                         int64_t timestamp_ms) = 0;
+  virtual int Poll(std::chrono::milliseconds timeout) = 0;
+  virtual Status Flush(std::chrono::milliseconds timeout) = 0;
+  // OK, or the sticky fatal error that ends the session.
+  virtual Status Fatal() const = 0;
+  // Whether `topic` can take records: kNotFound / kPermissionDenied are the topic's own
+  // fault (see TopicErrors); anything else means "produce and see".
+  virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
+  // A descriptor that is readable when Poll() has reports to serve, or -1. The pipeline
+  // hands it to the frame source, which waits on it beside the database socket and drains
+  // it when it wakes (FrameSource::SetWakeFd), so that a wait for the database ends when an
+  // ack arrives instead of polling the sink every millisecond.
+  virtual int WakeFd() const { return -1; }
+};
+
+// Sets a delivery handler on a sink for this object's lifetime and clears it on every way
+// out: handlers capture their caller's locals, and a sink that outlives them may still
+// report (e.g. while purging).
+class ScopedDeliveryHandler {
+ public:
+  ScopedDeliveryHandler(RecordSink& sink, RecordSink::DeliveryHandler handler) : sink_(sink) {
+    sink_.SetDeliveryHandler(std::move(handler));
+  }
+  ~ScopedDeliveryHandler() { sink_.SetDeliveryHandler(nullptr); }
+  ScopedDeliveryHandler(const ScopedDeliveryHandler&) = delete;
+  ScopedDeliveryHandler& operator=(const ScopedDeliveryHandler&) = delete;
+
+ private:
+  RecordSink& sink_;
+};
+
+// The Kafka sink: the idempotent producer.
+class KafkaSink : public RecordSink {
+ public:
+  static Result<std::unique_ptr<KafkaSink>> Create(kafka::ProducerOptions options);
+  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
+  Status Produce(std::string_view topic, std::string_view key, std::string_view value,
+                 std::span<const kafka::Header> headers, uint64_t cookie,
+                 int64_t timestamp_ms) override {
+    return producer_->Produce(topic, key, value, headers, cookie, timestamp_ms);
+  }
+  int Poll(std::chrono::milliseconds timeout) override { return producer_->Poll(timeout); }
+  Status Flush(std::chrono::milliseconds timeout) override { return producer_->Flush(timeout); }
+  Status Fatal() const override { return producer_->fatal(); }
+  Status CheckTopic(std::string_view topic) override {
+    return producer_->CheckTopic(topic, std::chrono::seconds(5));
+  }
+  int WakeFd() const override { return producer_->wake_fd(); }
+  kafka::Producer& producer() { return *producer_; }
+
+ private:
+  KafkaSink() = default;
+  std::unique_ptr<kafka::Producer> producer_;
+  DeliveryHandler handler_;
+};
+
+// Acknowledges every record at the next Poll(): decode-and-map only (replay benchmarks).
+class NullSink : public RecordSink {
+ public:
+  void SetDeliveryHandler(DeliveryHandler handler) override { handler_ = std::move(handler); }
+  Status Produce(std::string_view topic, std::string_view key, std::string_view value,
+                 std::span<const kafka::Header> headers, uint64_t cookie,
+                 int64_t timestamp_ms) override;
+  int Poll(std::chrono::milliseconds timeout) override;
+  Status Flush(std::chrono::milliseconds timeout) override;
+  Status Fatal() const override { return Status::Ok(); }
+  uint64_t records() const { return records_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  DeliveryHandler handler_;
+  std::vector<std::pair<uint64_t, size_t>> pending_;  // cookie, bytes
+  uint64_t records_ = 0, bytes_ = 0;
+};
+
+// Test-only failpoint, compiled in only when the tests are built (CMake
+// WALRELAY_FAILPOINTS): WALRELAY_RELAY_FAILPOINT=confirm_before_ack makes every session
+// confirm the received position instead of the acknowledged one, breaking invariant 1 on
+// purpose, so that the chaos run (scripts/chaos.sh) can show that it detects loss. True
+// when armed; logs once either way.
+bool ConfirmBeforeAckFailpoint();
+
+class Pipeline {
+ public:
+  struct Options {
+    std::chrono::milliseconds status_interval{1000};
+    // Live slot: the end of the stream is a failure (retry). Recording: the end.
+    bool end_of_stream_is_error = true;
+    int protocol_version = 1;
+    // Called about every 100 ms from the loop (heartbeats); an error ends the session.
+    std::function<Status()> tick;
+    // The outbox tables as the session resolved them with the server (OIDs and catalog
+    // names); empty: the configured names, matched by name (recordings: no server).
+    std::vector<OutboxTable> outbox_tables;
+    // Latency histograms (seconds); null = not measured.
+    metrics::Histogram* produce_latency = nullptr;        // produce -> Kafka ack, per event
+    metrics::Histogram* commit_to_ack_latency = nullptr;  // commit -> last ack, per transaction
+    // Topic-scoped failures across sessions (bounded retry, then dead letters); null =
+    // every such failure ends the session.
+    TopicErrors* topic_errors = nullptr;
+    // The slot's trust (invariant 11, progress.h): set, the pipeline confirms no further
+    // than the last position it recorded through it, and records a new one (everything
+    // before it acked or dead-lettered) before confirming it: at most every 100 ms while
+    // events flow (every 10 ms while the backpressure cap waits for confirmations), every
+    // second while idle (a record writes WAL, which an idle stream would confirm again),
+    // and at the drain. An error ends the session. Null: no gate (a
+    // recording, the benchmarks). `confirm_limit` is the position recorded before.
+    std::function<Status(Lsn)> record_confirmable;
+    Lsn confirm_limit;
+  };
+
+  // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
+  // delivery handler and clears it again when destroyed, so a sink that outlives it (and
+  // reports, e.g. while purging) never calls into a destroyed Pipeline.
+  Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSource& source,
+           RecordSink& sink, DeadLetterSink& dead_letters, Options options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Streams until `stop` is set (then drains: bounded wait for acks, final status; OK),
+  // until the end of a recording (drains; OK), or a failure (returned; nothing drained —
+  // the next session replays from the confirmed position).
+  Status Run(const std::atomic<bool>& stop);
+
+  Lsn flush_lsn() const { return tracker_.FlushLsn(); }
+  // The position the pipeline may confirm now: flush_lsn() within the recorded limit.
+  Lsn confirmable_lsn() const;
+
+  // The flush position last sent to PostgreSQL (the slot's confirmed position): every
+  // transaction whose commit ended at or before it was acked by Kafka or dead-lettered.
+  // Lost-slot recovery records a snapshot bound once this passes the bound's LSN.
+  Lsn confirmed_lsn() const { return last_sent_flush_; }
+
+ private:
+  // One frame from the source; *ended is set at the end of a recording (a live stream's
+  // end is an error).
+  Status HandleFrame(const slot::Frame& frame, bool* ended);
+  Status HandleXLogData(const slot::XLogData& x);
+  // config.plugin == "wal2json": one document -> its messages, through HandleMessage.
+  Status HandleWal2Json(const slot::XLogData& x);
+  Status HandleMessage(const pgoutput::Message& m, const pgoutput::TransactionAssembler::Event& e);
+  Status PublishOrDeadLetter(const Status& mapped, std::string_view source,
+                             std::string_view payload_for_dead_letter);
+  Status WriteDeadLetter(const DeadLetter& letter);
+  // Before the first record of `topic` (and again every 10 s while it fails): asks the
+  // sink. Sets *dead_letter_reason when the topic has failed past the bound; kUnavailable
+  // (the session restarts) while it is within it.
+  Status CheckTopic(std::string_view topic, std::string* dead_letter_reason);
+  DeadLetter LetterForCurrent(std::string_view source, std::string_view reason,
+                              std::string_view payload) const;
+  // Sends the standby status update; `final` records the position at once (the drain).
+  Status SendStatus(bool reply_requested, bool final = false);
+  // What is acked (tracker_, or the failpoint's received position): before the gate.
+  Lsn Acked() const;
+  // Records Acked() through options_.record_confirmable when it passed the limit and at
+  // least `min_gap` passed since the last record.
+  Status RaiseConfirmLimit(std::chrono::milliseconds min_gap);
+  Status Drain();
+  void OnHeartbeat(std::string_view content);
+  void OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
+                  const kafka::DeliveredRecord* record);
+  // Events PostgreSQL would resend if the relay died now: produced in transactions not
+  // yet confirmed by a status update.
+  uint64_t UnconfirmedEvents() const {
+    return tracker_.UnflushedEvents() + (tracker_.FlushedEventsTotal() - reported_events_total_);
+  }
+  // Backpressure. Unacked events and bytes are capped always (memory stays bounded
+  // whatever the transaction size). Unconfirmed events are capped too, but only between
+  // transactions: inside one they cannot shrink before its Commit is read, so waiting
+  // there would stall a transaction larger than the cap forever. A crash therefore
+  // replays at most the cap plus the transaction being read.
+  bool AtCapacity() const {
+    const uint64_t cap = static_cast<uint64_t>(config_.max_in_flight_events);
+    if (tracker_.InFlightEvents() >= cap ||
+        in_flight_bytes_ >= static_cast<uint64_t>(config_.max_in_flight_bytes)) {
+      return true;
+    }
+    return !assembler_.in_transaction() && UnconfirmedEvents() >= cap;
+  }
+
+  const RelayConfig& config_;
+  RelayStats& stats_;
+  slot::FrameSource& source_;
+  RecordSink& sink_;
+  DeadLetterSink& dead_letters_;
+  Options options_;
+
+  OutboxMapper mapper_;
+  AckTracker tracker_;
+  bool confirm_before_ack_ = false;  // ConfirmBeforeAckFailpoint()
+  pgoutput::TransactionAssembler assembler_;
+  pgoutput::Message message_;
+  std::unique_ptr<wal2json::Wal2JsonDecoder> wal2json_;  // set when the plugin is wal2json
+  std::unordered_set<pgoutput::Oid> foreign_relations_;  // non-outbox relations reported
+  std::vector<pgoutput::Message> wal2json_messages_;
+  OutboxEvent event_;
+  std::vector<kafka::Header> headers_;
+  std::string position_text_;  // the walrelay.position header of the current event
+  struct TopicCheck {
+    Status status;  // kNotFound / kPermissionDenied, or OK
+    std::chrono::steady_clock::time_point recheck;
+  };
+  std::map<std::string, TopicCheck, std::less<>> topic_checks_;
+
+  AckTracker::Tx tx_ = 0;
+  Lsn tx_commit_lsn_;
+  uint32_t tx_xid_ = 0;
+  uint32_t tx_ordinal_ = 0;
+  bool tx_produced_ = false;  // the open transaction handed a record to the sink
+  uint64_t in_flight_bytes_ = 0;
+  Status delivery_failure_;  // first failed delivery report: ends the session
+  Lsn received_;
+  // wal_end of the frame being handled: the walsender sends a Commit in a frame whose
+  // wal_end is the transaction's end LSN, so a Commit claiming more is corrupt (and would
+  // confirm WAL the server never sent, skipping it for good).
+  Lsn frame_end_;
+  Lsn last_sent_flush_;
+  Lsn confirm_limit_;  // options_.confirm_limit, then each position recorded
+  std::chrono::steady_clock::time_point last_record_;
+  uint64_t events_at_record_ = 0;  // tracker_.FlushedEventsTotal() at the last record
+  uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
+  // Committed transactions not yet fully acked, with their commit time (commit-to-ack
+  // latency).
+  void RetireAcked();
+  // stats_.oldest_unconfirmed_commit_us from pending_commits_.front().
+  void PublishOldestPending();
+  int64_t tx_commit_time_us_ = 0;
+  struct PendingCommit {
+    AckTracker::Tx tx;
+    int64_t commit_time_us;
+  };
+  std::deque<PendingCommit> pending_commits_;
+  std::chrono::steady_clock::time_point next_status_;
+  std::chrono::steady_clock::time_point next_tick_;
+};
+
+}  // namespace walrelay::relay

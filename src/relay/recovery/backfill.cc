@@ -1,0 +1,450 @@
+#include "src/relay/recovery/backfill.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <cstring>
+#include <deque>
+#include <memory>
+
+#include "slot/pg_error.h"
+#include "src/relay/core/outbox_mapper.h"
+#include "base/position.h"
+#include "src/relay/core/record_headers.h"
+#include "src/relay/core/schema.h"
+
+namespace walrelay::relay {
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Status Exec(PGconn* conn, const std::string& sql, std::string_view what) {
+  return slot::ExecPg(conn, sql, {}, "recovery: " + std::string(what)).status();
+}
+
+std::string Column(const std::string& name) {
+  return name.empty() ? "NULL::text" : QuoteIdentifier(name) + "::text";
+}
+
+Result<uint64_t> ParseUint(const char* text, std::string_view what) {
+  uint64_t v = 0;
+  const char* end = text + std::strlen(text);
+  auto [p, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || p != end) {
+    return InternalError("recovery: cannot parse " + std::string(what) + " '" + text + "'");
+  }
+  return v;
+}
+
+constexpr uint64_t kXidSpace = uint64_t{1} << 32;
+constexpr uint64_t kMaxSpan = uint64_t{1} << 31;
+
+}  // namespace
+
+Result<uint64_t> CheckBound(const SnapshotBound& bound, uint64_t xmax) {
+  const uint64_t xmin = bound.Xmin();
+  const std::string fix =
+      ": drop the slot, run `walrelay republish --all --create-slot` (it makes the slot anew "
+      "and records a new bound; docs/operations.md, lost slot) and restart";
+  if (xmin == 0 || xmax == 0) {
+    return DataLossError("recovery: cannot read the recorded bound '" + bound.snapshot + "'" + fix);
+  }
+  if (xmax < xmin) {
+    return DataLossError(
+        "recovery: the recorded bound (snapshot " + bound.snapshot +
+        ") is ahead of the server's transactions (next xid " + std::to_string(xmax) +
+        "): the database was restored or replaced under the progress table, so the bound says "
+        "nothing about its rows" +
+        fix);
+  }
+  if (xmax - xmin >= kMaxSpan) {
+    return DataLossError(
+        "recovery: the recorded bound (snapshot " + bound.snapshot + ") is " +
+        std::to_string(xmax - xmin) +
+        " transactions old, too old to tell the outbox rows after it by their 32-bit xmin "
+        "(2^31 at most)" +
+        fix);
+  }
+  return xmax - xmin;
+}
+
+Status RecoveryDisabledRefusal(const RelayConfig& config, std::string_view state) {
+  const std::string drop = " and the slot (SELECT pg_drop_replication_slot(" +
+                           QuoteLiteral(config.slot) + ")) to start fresh knowingly";
+  if (config.outbox_cleanup == OutboxCleanup::kSameTransaction) {
+    return DataLossError(
+        "replication slot " + config.slot + " is " + std::string(state) +
+        " and --recovery-enabled is false (outbox.cleanup same-transaction: the writers "
+        "deleted the rows, so nothing can be republished): the events committed after the "
+        "recorded progress that the slot had not delivered are lost. Find them from the "
+        "applications' own records if you can; then drop the progress rows of this slot in " +
+        config.progress_table + drop);
+  }
+  return DataLossError(
+      "replication slot " + config.slot + " is " + std::string(state) +
+      " and --recovery-enabled is false: events after the recorded progress may be "
+      "undelivered. Enable recovery (it republishes from the outbox tables the rows after the "
+      "recorded bound), or drop the progress rows of this slot in " +
+      config.progress_table + drop);
+}
+
+std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span) {
+  // xmin - lo modulo 2^32, as a non-negative bigint; `xid` has no arithmetic of its own.
+  return "((xmin::text::bigint - " + std::to_string(bound_xmin % kXidSpace) + ") & " +
+         std::to_string(kXidSpace - 1) + ") < " + std::to_string(span);
+}
+
+std::string OutboxRowSelectList(const OutboxColumns& c) {
+  return Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) +
+         ", " + Column(c.topic) + ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " +
+         Column(c.headers);
+}
+
+Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const OutboxColumns& c) {
+  const std::string quoted_table = QuoteQualifiedName(table);
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr type,
+      slot::ExecPg(conn,
+                   "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND "
+                   "attname = $2 AND NOT attisdropped AND atttypid = 'bytea'::regtype",
+                   {quoted_table.c_str(), c.payload.c_str()},
+                   "reading the payload column's type of " + table));
+  return std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
+}
+
+OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea, int first_column) {
+  auto field = [&](int col) -> std::optional<std::string_view> {
+    col += first_column;
+    if (PQgetisnull(result, row, col)) return std::nullopt;
+    return std::string_view(PQgetvalue(result, row, col), PQgetlength(result, row, col));
+  };
+  return OutboxRow{field(0), field(1), field(2), field(3),
+                   field(4), field(5), field(6), payload_is_bytea};
+}
+
+Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo& conninfo,
+                                const std::string& snapshot, Lsn consistent_point,
+                                const SnapshotBound& bound, RecordSink& sink,
+                                DeadLetterSink& dead_letters, RelayStats& stats,
+                                const BackfillControl& control) {
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
+                            slot::ConnectPg(conninfo, nullptr, "recovery connection"));
+  WALRELAY_RETURN_IF_ERROR(
+      Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "BEGIN"));
+  if (!snapshot.empty()) {
+    WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "SET TRANSACTION SNAPSHOT " + QuoteLiteral(snapshot),
+                                  "importing the snapshot"));
+  }
+
+  // The snapshot N (the transaction snapshot under REPEATABLE READ) and its xmax: every row
+  // visible in N was inserted by an xid below it. A fresh N (a kept slot) is taken by this
+  // first statement, before the WAL position is read: every transaction visible in it
+  // committed at or before that position.
+  const uint64_t bound_xmin = bound.Xmin();
+  SnapshotBound new_bound;
+  new_bound.lsn = consistent_point;
+  uint64_t span = 0;
+  {
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn.get(),
+                     "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text", {},
+                     "recovery: reading the snapshot"));
+    new_bound.snapshot = PQgetvalue(r.get(), 0, 0);
+    if (snapshot.empty()) {
+      auto lsn = Lsn::Parse(PQgetvalue(r.get(), 0, 1));
+      if (!lsn) return InternalError("recovery: pg_current_wal_insert_lsn() returned no LSN");
+      new_bound.lsn = *lsn;
+    }
+    WALRELAY_ASSIGN_OR_RETURN(span, CheckBound(bound, new_bound.Xmax()));
+  }
+  RowSelection selection;
+  selection.where = RecoveryPredicate(bound_xmin, span);
+  if (!control.after_id.empty() && !config.columns.id.empty() && config.tables.size() == 1) {
+    selection.where += " AND " + QuoteIdentifier(config.columns.id) + " > " +
+                       QuoteLiteral(control.after_id);
+  }
+  selection.order_by = RowOrder(config, bound_xmin);
+  selection.log_name = "recovery";
+  selection.what = "inserted by transactions from xid " + std::to_string(bound_xmin) +
+                   " on, the oldest one running at the recorded bound" +
+                   (control.after_id.empty() ? std::string()
+                                             : ", after id " + control.after_id +
+                                                   " (an earlier attempt had every row up "
+                                                   "to it acked)");
+  selection.keep_alive = control.keep_alive;
+  selection.on_progress = control.on_progress;
+  WALRELAY_ASSIGN_OR_RETURN(
+      BackfillResult result,
+      PublishRows(config, conn.get(), selection, consistent_point, sink, dead_letters, stats,
+                  control.stop));
+  WALRELAY_RETURN_IF_ERROR(Exec(conn.get(), "COMMIT", "COMMIT"));
+  result.new_bound = std::move(new_bound);
+  return result;
+}
+
+std::string RowOrder(const RelayConfig& config, uint64_t from_xid) {
+  if (!config.columns.id.empty()) return QuoteIdentifier(config.columns.id);
+  // Without an ordering id (a uuid key, Debezium's table): the inserting transaction's
+  // place from `from_xid` on (modulo 2^32), then the row's place in the table (insertion
+  // order within a transaction, unless the table was vacuumed and space reused).
+  return "((xmin::text::bigint - " + std::to_string(from_xid % kXidSpace) + ") & " +
+         std::to_string(kXidSpace - 1) + "), ctid";
+}
+
+Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
+                                   const RowSelection& selection, Lsn position_lsn,
+                                   RecordSink& sink, DeadLetterSink& dead_letters,
+                                   RelayStats& stats, const std::atomic<bool>* stop) {
+  const std::string& name = selection.log_name;
+  const std::string& where = selection.where;
+  const Lsn consistent_point = position_lsn;
+  BackfillResult result;
+  uint64_t pending = 0;
+  // Asked to stop: what was produced is confirmed to no one, so the caller redoes it all.
+  auto stopped = [&] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
+  auto cancelled = [&] {
+    return CancelledError(name + ": stopped with " + std::to_string(pending) + " of " +
+                          std::to_string(result.published) +
+                          " produced rows not yet acknowledged by Kafka; the next run publishes "
+                          "the whole selection again (duplicates, nothing lost)");
+  };
+  Status failure;
+  // A record the broker refused for good (e.g. larger than its limit) is dead-lettered
+  // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
+  // the recovery, which would then be redone, and refused, forever.
+  std::string refused_reason;
+  // The acked prefix (selection.on_progress): the rows in the order read, index = their
+  // ordinal, each done once acked or dead-lettered; the id of the last row of the done
+  // prefix is what a redo may resume after.
+  // One table only: ids of different tables do not order one another.
+  const bool track =
+      selection.on_progress && !config.columns.id.empty() && config.tables.size() == 1;
+  std::deque<std::pair<std::string, bool>> window;  // (id, done)
+  uint64_t window_first = 0;                        // ordinal of window.front()
+  std::string acked_through, reported_through;
+  auto mark_done = [&](uint64_t cookie) {  // cookie = ordinal + 1 (below)
+    if (!track || cookie == 0 || cookie - 1 < window_first) return;
+    const uint64_t at = cookie - 1 - window_first;
+    if (at < window.size()) window[at].second = true;
+  };
+  auto advance = [&] {
+    while (!window.empty() && window.front().second) {
+      acked_through = std::move(window.front().first);
+      window.pop_front();
+      ++window_first;
+    }
+  };
+  auto save_progress = [&]() -> Status {
+    advance();
+    if (!track || acked_through == reported_through) return Status::Ok();
+    WALRELAY_RETURN_IF_ERROR(selection.on_progress(acked_through));
+    reported_through = acked_through;
+    return Status::Ok();
+  };
+  // Every loop turn: the watchdog sees the relay move. Twice a second: the caller's idle
+  // connections get a statement, and the acked prefix is recorded (invariant 12).
+  constexpr auto kKeepAliveEvery = std::chrono::milliseconds(500);
+  Clock::time_point next_keep_alive = Clock::now() + kKeepAliveEvery;
+  auto alive = [&]() -> Status {
+    stats.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+    if (Clock::now() < next_keep_alive) return Status::Ok();
+    next_keep_alive = Clock::now() + kKeepAliveEvery;
+    if (selection.keep_alive) WALRELAY_RETURN_IF_ERROR(selection.keep_alive());
+    return save_progress();
+  };
+  ScopedDeliveryHandler handler(
+      sink, [&](uint64_t cookie, const Status& st, size_t, const kafka::DeliveredRecord* record) {
+        --pending;
+        if (st.ok()) {
+          stats.events_acked.fetch_add(1, std::memory_order_relaxed);
+          mark_done(cookie);
+          return;
+        }
+        if (!failure.ok()) return;
+        if (st.code() == StatusCode::kInvalidArgument && record != nullptr) {
+          refused_reason = "Kafka refused the record: " + st.message();
+          DeadLetter l;
+          const auto position = ParsePosition(record->Header(config.header_names.position));
+          if (position) {
+            l.source = position->source;
+            l.ordinal = position->ordinal;
+          }
+          l.recovered = true;
+          l.commit_lsn = consistent_point;
+          SetRecordFields(*record, config.header_names, &l);
+          l.reason = refused_reason;
+          Status written = dead_letters.Write(l);
+          if (written.ok()) {
+            stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+            --result.published;
+            ++result.dead_lettered;
+            mark_done(cookie);
+            return;
+          }
+          failure = written;
+          return;
+        }
+        failure = st.WithContext(name + ": delivery failed");
+      });
+
+  // The count, under the same snapshot: what the log promises and the progress lines
+  // measure against.
+  for (const std::string& table : config.tables) {
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn,
+                     "SELECT count(*) FROM " + QuoteQualifiedName(table) + " WHERE " + where, {},
+                     name + ": counting the rows of " + table));
+    WALRELAY_ASSIGN_OR_RETURN(uint64_t n, ParseUint(PQgetvalue(r.get(), 0, 0), "a count"));
+    result.expected += n;
+    spdlog::warn("{}: {} rows of {} to republish ({})", name, n, table, selection.what);
+  }
+  spdlog::warn("{}: {} rows to republish in all", name, result.expected);
+  stats.recovery_rows_expected.store(result.expected, std::memory_order_relaxed);
+  stats.recovery_rows_done.store(0, std::memory_order_relaxed);
+  if (selection.count_only) return result;
+
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  std::vector<kafka::Header> headers;
+  std::string position_text;
+  uint32_t ordinal = 0;
+  const Clock::time_point started = Clock::now();
+  Clock::time_point last_report = started;
+  uint64_t last_report_done = 0;
+  auto done = [&] { return result.published + result.dead_lettered; };
+  auto report = [&](bool final) {
+    const Clock::time_point now = Clock::now();
+    const double total_s = std::chrono::duration<double>(now - started).count();
+    const double step_s = std::chrono::duration<double>(now - last_report).count();
+    const double rate = step_s > 0 ? (done() - last_report_done) / step_s : 0.0;
+    spdlog::warn("{}: {} {} of {} rows ({} published, {} dead-lettered), {:.0f} rows/s{}", name,
+                 final ? "done:" : "progress:", done(), result.expected, result.published,
+                 result.dead_lettered, final && total_s > 0 ? done() / total_s : rate,
+                 final ? " on average" : "");
+    last_report = now;
+    last_report_done = done();
+    stats.recovery_rows_done.store(done(), std::memory_order_relaxed);
+  };
+  constexpr auto kReportEvery = std::chrono::seconds(10);
+
+  for (const std::string& table : config.tables) {
+    WALRELAY_ASSIGN_OR_RETURN(const bool payload_is_bytea,
+                              PayloadIsBytea(conn, table, config.columns));
+    // Columns 0-6 the mapped fields, 7 the row's created_at in microseconds (the
+    // event's time on the record: the inbox refuses what is older than its retention),
+    // 8 the id (the acked prefix).
+    const std::string created_at_us =
+        config.columns.created_at.empty()
+            ? std::string("NULL::text")
+            : "(extract(epoch FROM " + QuoteIdentifier(config.columns.created_at) +
+                  ") * 1000000)::bigint::text";
+    const std::string select = "DECLARE backfill NO SCROLL CURSOR FOR SELECT " +
+                               OutboxRowSelectList(config.columns) + ", " + created_at_us +
+                               // Named apart: ORDER BY "id" would take an output
+                               // column called id (text order) for the table's.
+                               (track ? ", " + QuoteIdentifier(config.columns.id) +
+                                            "::text AS walrelay_backfill_id"
+                                      : "") +
+                               " FROM " +
+                               QuoteQualifiedName(table) + " WHERE " + where + " ORDER BY " +
+                               selection.order_by;
+    WALRELAY_RETURN_IF_ERROR(Exec(conn, select, "reading " + table));
+    while (true) {
+      WALRELAY_ASSIGN_OR_RETURN(
+          slot::PgResultPtr rows,
+          slot::ExecPg(conn, "FETCH 1000 FROM backfill", {}, name + ": reading " + table));
+      const int n = PQntuples(rows.get());
+      if (n == 0) break;
+      for (int i = 0; i < n; ++i) {
+        const OutboxRow row = OutboxRowAt(rows.get(), i, payload_is_bytea);
+        if (track) window.emplace_back(PQgetvalue(rows.get(), i, 8), false);
+        Status mapped = mapper.MapRow(table, row, &event);
+        if (!mapped.ok()) {
+          DeadLetter l;
+          l.source = table;
+          l.recovered = true;
+          l.commit_lsn = consistent_point;
+          l.ordinal = ordinal++;
+          SetEventFields(event, &l);
+          l.payload = row.payload.value_or("");
+          l.reason = mapped.message();
+          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
+          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+          ++result.dead_lettered;
+          mark_done(ordinal);  // l.ordinal + 1
+          continue;
+        }
+        SourcePosition position;
+        position.lsn = consistent_point;
+        position.ordinal = ordinal;
+        position.recovered = true;
+        position.source = table;
+        position.commit_time_us = 0;
+        if (!PQgetisnull(rows.get(), i, 7)) {
+          const char* us = PQgetvalue(rows.get(), i, 7);
+          std::from_chars(us, us + std::strlen(us), position.commit_time_us);
+        }
+        FormatPosition(position, &position_text);
+        RecordHeaders(event, position_text, config.header_names, &headers);
+        ++ordinal;
+        // The in-flight cap; the acked-prefix window is capped too (a partition whose
+        // acks stall must not make it grow with every row read behind it).
+        const uint64_t cap = static_cast<uint64_t>(config.max_in_flight_events);
+        while (pending >= cap || (track && window.size() > 4 * cap)) {
+          sink.Poll(std::chrono::milliseconds(10));
+          if (!failure.ok()) return failure;
+          if (stopped()) return cancelled();
+          WALRELAY_RETURN_IF_ERROR(alive());
+          advance();
+          if (Clock::now() - last_report >= kReportEvery) report(false);
+        }
+        Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal,
+                                         /*timestamp_ms=*/0);  // commit time unknown
+        if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
+          DeadLetter l;
+          l.source = table;
+          l.recovered = true;
+          l.commit_lsn = consistent_point;
+          l.ordinal = ordinal - 1;
+          SetEventFields(event, &l);
+          l.payload = event.value;
+          l.reason = produced.message();
+          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
+          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+          ++result.dead_lettered;
+          mark_done(ordinal);
+          continue;
+        }
+        WALRELAY_RETURN_IF_ERROR(produced);
+        ++pending;
+        ++result.published;
+        stats.events_produced.fetch_add(1, std::memory_order_relaxed);
+      }
+      sink.Poll(std::chrono::milliseconds(0));
+      if (!failure.ok()) return failure;
+      if (stopped()) return cancelled();
+      WALRELAY_RETURN_IF_ERROR(alive());
+      if (Clock::now() - last_report >= kReportEvery) report(false);
+    }
+    WALRELAY_RETURN_IF_ERROR(Exec(conn, "CLOSE backfill", "closing the cursor"));
+  }
+  // Waiting for the acks: progress lines go on while the producer drains.
+  while (pending != 0 && failure.ok()) {
+    sink.Poll(std::chrono::milliseconds(100));
+    WALRELAY_RETURN_IF_ERROR(sink.Fatal());
+    if (stopped()) return cancelled();
+    WALRELAY_RETURN_IF_ERROR(alive());
+    if (Clock::now() - last_report >= kReportEvery) {
+      spdlog::warn("{}: waiting for {} acks", name, pending);
+      last_report = Clock::now();
+    }
+  }
+  if (!failure.ok()) return failure;
+  report(true);
+  WALRELAY_RETURN_IF_ERROR(save_progress());
+  return result;
+}
+
+}  // namespace walrelay::relay
