@@ -13,6 +13,7 @@
 #include "src/metrics/registry.h"
 #include "src/relay/core/metric_names.h"
 #include "src/relay/lifecycle/table_health.h"
+#include "src/relay/run/startup_checks.h"
 #include "tests/support/pg_cluster.h"
 
 namespace walrelay::relay {

@@ -8,7 +8,7 @@
 #include "slot/slot_admin.h"
 #include "src/relay/core/dead_letter.h"
 #include "src/relay/core/pipeline.h"
-#include "src/relay/polling/poller.h"
+#include "src/relay/core/schema.h"
 #include "src/relay/core/progress.h"
 
 namespace walrelay::relay {
@@ -160,7 +160,7 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
     out.slot_created = true;
     out.position = created.consistent_point;
     snapshot_name = created.snapshot_name;
-    // The slot's identity (progress.h): a relay finds it unadvanced and unfinished.
+    // The slot's identity (core/progress.h): a relay finds it unadvanced and unfinished.
     WALRELAY_RETURN_IF_ERROR(progress->SaveDelivered(config.slot, out.position));
     spdlog::info("republish: created slot {} at {}; republishing the rows of its snapshot",
                  config.slot, created.consistent_point.ToString());

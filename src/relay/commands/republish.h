@@ -1,5 +1,5 @@
 // `walrelay republish`: publishes outbox rows that are already in the tables again, with
-// the mechanism of lost-slot recovery (recovery.h, PublishRows): under one snapshot,
+// the mechanism of lost-slot recovery (recovery/backfill.h, PublishRows): under one snapshot,
 // mapped exactly like streamed rows, marked recovered=1, unmappable rows dead-lettered,
 // progress logged, done when Kafka acked every record. Consumers dedup on the event id.
 //
@@ -11,7 +11,7 @@
 // rows are those visible in it; `walrelay run` then streams from that slot, which starts
 // exactly at the snapshot: together nothing committed is missed (the zero-gap start
 // after a lost Debezium slot, migrating-from-debezium.md). The snapshot is also recorded
-// as the slot's recovery bound (progress.h): the operator asserts that every row the
+// as the slot's recovery bound (core/progress.h): the operator asserts that every row the
 // snapshot shows and the selection leaves out was delivered before.
 #pragma once
 
@@ -29,7 +29,7 @@
 namespace walrelay::relay {
 
 struct RepublishRequest {
-  // kUnpublished: rows poll mode has not marked (published_at IS NULL; poller.h).
+  // kUnpublished: rows poll mode has not marked (published_at IS NULL; polling/poller.h).
   enum class Rows { kAll, kSinceId, kSinceTime, kEventIds, kUnpublished };
   Rows rows = Rows::kAll;
   std::string since_id;    // kSinceId: rows whose id column (outbox.columns id) >= this

@@ -1,13 +1,36 @@
 #include "src/relay/core/config.h"
 
+#include <charconv>
 #include <cstdlib>
 
 #include "base/sql.h"
 #include "slot/pg_error.h"
-#include "src/relay/polling/poller.h"
-#include "src/relay/lifecycle/slot_guard.h"
+#include "src/relay/core/thresholds.h"
 
 namespace walrelay::relay {
+namespace {
+
+bool ParseInt(std::string_view text, int* out) {
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && p == text.data() + text.size();
+}
+
+}  // namespace
+
+Result<PollShard> ParsePollShard(std::string_view text) {
+  PollShard shard;
+  if (text.empty()) return shard;
+  const size_t slash = text.find('/');
+  if (slash == std::string_view::npos || !ParseInt(text.substr(0, slash), &shard.index) ||
+      !ParseInt(text.substr(slash + 1), &shard.count) || shard.count < 1 ||
+      shard.count > 1024 || shard.index < 0 || shard.index >= shard.count) {
+    return InvalidArgumentError("--poll-shard '" + std::string(text) +
+                                "': expected I/N with 0 <= I < N <= 1024 (this replica's share "
+                                "of the aggregates, e.g. 0/3, 1/3 and 2/3 for three replicas)");
+  }
+  return shard;
+}
+
 
 Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config) {
   if (profile == "walrelay") {

@@ -66,12 +66,12 @@ enum class TextFormat {
 
 // How outbox rows go away once delivered (docs/operations.md section 4; issue 14).
 enum class OutboxCleanup {
-  // The janitor (janitor.h) deletes delivered rows older than outbox_retention in small
+  // The janitor (lifecycle/janitor.h) deletes delivered rows older than outbox_retention in small
   // batches; with outbox_retention 0 no one does (the application's own job).
   kJanitor,
   // The outbox is range-partitioned on created_at (`walrelay setup` makes it so); the
   // janitor creates partitions ahead and drops whole partitions older than the retention
-  // once every row in them is delivered (partitions.h). No dead tuples.
+  // once every row in them is delivered (lifecycle/partitions.h). No dead tuples.
   kPartitions,
   // Writers delete each row in the transaction that inserted it
   // (outbox::OutboxTarget::delete_in_same_transaction): the WAL carries the INSERT, the
@@ -84,8 +84,16 @@ enum class PartitionPeriod { kDaily, kHourly };
 // Where `walrelay run` reads outbox events from.
 enum class SourceMode {
   kWal,   // the logical slot (default): commit order, no writes to the outbox
-  kPoll,  // polling the outbox tables for rows not yet published (poller.h): no slot needed
+  kPoll,  // polling the outbox tables for rows not yet published (polling/poller.h): no slot
 };
+
+// --source-mode poll: this replica's share of the aggregates (polling/poller.h).
+struct PollShard {
+  int index = 0;
+  int count = 1;  // 1 = every aggregate
+};
+// "I/N" with 0 <= I < N <= 1024, or "" for all; kInvalidArgument otherwise.
+Result<PollShard> ParsePollShard(std::string_view text);
 
 struct RelayConfig;
 // Sets the defaults of an outbox profile on `config` (before any other option applies):
@@ -115,14 +123,14 @@ struct RelayConfig {
   // reason instead of published (never dropped silently).
   std::string message_prefix;
 
-  // --- source mode (poller.h for the polling publisher)
+  // --- source mode (polling/poller.h for the polling publisher)
   SourceMode source_mode = SourceMode::kWal;
   int64_t poll_batch_rows = 100;                   // rows per polling transaction
   std::chrono::milliseconds poll_interval{500};    // pause after a poll that found nothing
   int64_t poll_max_attempts = 5;                   // failed produces before a dead letter
   // This replica's share of the aggregates: "I/N" (0 <= I < N), empty = all.
   std::string poll_shard;
-  // Publish a row only once every transaction older than its own has ended (poller.h,
+  // Publish a row only once every transaction older than its own has ended (polling/poller.h,
   // per-aggregate order); off trades that for lower latency under long transactions.
   bool poll_wait_for_older_transactions = true;
 
@@ -146,7 +154,7 @@ struct RelayConfig {
   TextFormat key_format = TextFormat::kRaw;
   TextFormat value_format = TextFormat::kRaw;
 
-  // The outbox janitor (janitor.h): deletes rows older than this that are delivered; 0 =
+  // The outbox janitor (lifecycle/janitor.h): deletes rows older than this that are delivered; 0 =
   // off (the outbox is cleaned by others). Needs columns.created_at.
   std::chrono::milliseconds outbox_retention{0};
   OutboxCleanup outbox_cleanup = OutboxCleanup::kJanitor;
@@ -181,11 +189,11 @@ struct RelayConfig {
   // Heartbeat period (0 = off): pg_logical_emit_message(false, kHeartbeatPrefix, <µs>).
   std::chrono::milliseconds heartbeat_interval{0};
 
-  // --- lost-slot recovery (recovery.h)
+  // --- lost-slot recovery (recovery/backfill.h)
   bool recovery_enabled = true;
   std::string progress_table = "walrelay_progress";
 
-  // --- slot guard (slot_guard.h): thresholds on retained WAL, "512MB" or "0.5" (a
+  // --- slot guard (lifecycle/slot_guard.h): thresholds on retained WAL, "512MB" or "0.5" (a
   // fraction of max_slot_wal_keep_size)
   std::string guard_warn = "1GB";
   std::string guard_critical = "8GB";

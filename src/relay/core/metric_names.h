@@ -68,7 +68,7 @@ inline constexpr MetricName kStreaming{
 inline constexpr MetricName kStandby{
     "walrelay_standby",
     "1 while another process reads the slot and this relay stands by to take over, else 0."};
-// --- poll mode (poller.h)
+// --- poll mode (polling/poller.h)
 inline constexpr MetricName kPolling{"walrelay_polling",
                                      "1 while a poll-mode session runs, else 0."};
 inline constexpr MetricName kPollRows{"walrelay_poll_rows",
@@ -113,7 +113,7 @@ inline constexpr MetricName kJanitorDroppedPartitions{
 inline constexpr MetricName kJanitorFailures{
     "walrelay_outbox_janitor_failures_total",
     "Janitor rounds that failed (logged; the rows stay until a later round)."};
-// Table health (table_health.h), label table=<schema.table>.
+// Table health (lifecycle/table_health.h), label table=<schema.table>.
 inline constexpr MetricName kTableLiveRows{"walrelay_table_live_rows",
                                            "Live tuples of the table (pg_stat_user_tables)."};
 inline constexpr MetricName kTableDeadRows{

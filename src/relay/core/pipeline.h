@@ -6,7 +6,7 @@
 //        ▲                                                                        │
 //        └──── SendStatus(flush = AckTracker::FlushLsn) ◄──── delivery reports ◄──┘
 //
-// See relay.h for the guarantees (acked-only flush, backpressure, dead letters, idle
+// See run/relay.h for the guarantees (acked-only flush, backpressure, dead letters, idle
 // confirmation). Delivery reports: OK acks the event; kInvalidArgument (the record itself
 // refused) dead-letters it from the record's own headers; kNotFound / kPermissionDenied
 // start the topic's clock in TopicErrors; every other failure (kCancelled included: a

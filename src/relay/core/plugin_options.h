@@ -1,5 +1,5 @@
 // START_REPLICATION options for each output plugin walrelay reads, shared by the relay's
-// session (relay.cc) and `walrelay record`.
+// session (run/session.cc) and `walrelay record`.
 //   pgoutput: proto_version '1', publication_names '<publication>', messages 'true'
 //   wal2json: the decoder's kRequiredOptions (format-version 2 with xids, timestamps, LSNs,
 //             type OIDs and key flags) and, when tables are given, add-tables with them

@@ -1,7 +1,7 @@
 // ProgressStore: what lost-slot recovery needs to know, kept in a small table of the source
 // database (schema.h, ProgressTableDdl): per slot, the recorded *snapshot bound* and
-// whether a recovery backfill is under way. recovery.h explains what the bound means and
-// why it is sound.
+// whether a recovery backfill is under way. recovery/backfill.h explains what the bound
+// means and why it is sound.
 //
 // The relay takes bound candidates with ReadCandidate() (a snapshot, then the WAL insert
 // position) and records one with SaveBound() once the confirmed flush position has reached
@@ -26,7 +26,7 @@ namespace walrelay::relay {
 // WAL insert position read after it: every transaction visible in `snapshot` committed
 // (its commit record ended) at or before `lsn`.
 // A SQL predicate over an outbox row: its inserting transaction (xmin) ended before the
-// recorded bound of `slot` in `progress_table`, i.e. the row was delivered (recovery.h).
+// recorded bound of `slot` in `progress_table`, i.e. the row was delivered (recovery/backfill.h).
 // NULL (false) when no bound is recorded. The bound's xmin is compared as an xid (its low
 // 32 bits) in the server's own xid arithmetic, through age(). Used by the janitor and by
 // the switch to poll mode (`walrelay setup --source-mode poll`).

@@ -45,7 +45,7 @@ struct RelayStats {
   // gauge: commit time (Unix µs, the server's clock) of the oldest transaction read whose
   // events are not all confirmed yet; 0 when none is waiting.
   std::atomic<int64_t> oldest_unconfirmed_commit_us{0};
-  // Poll mode (poller.h).
+  // Poll mode (polling/poller.h).
   std::atomic<int> polling{0};                       // gauge: 1 while a poll session runs
   std::atomic<uint64_t> poll_failed_produces{0};     // rows whose produce failed (retried)
   std::atomic<uint64_t> poll_backlog_rows{0};        // gauge: unpublished rows

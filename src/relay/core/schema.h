@@ -31,7 +31,7 @@ inline std::string OutboxTableDdl(std::string_view qualified_table) {
 }
 
 // The documented outbox table range-partitioned on created_at (outbox.cleanup partitions,
-// partitions.h): the primary key includes the partition key, as PostgreSQL requires; no
+// lifecycle/partitions.h): the primary key includes the partition key, as PostgreSQL requires; no
 // partition is made here. Idempotent. Published through the root
 // (publish_via_partition_root), so the relay sees one table.
 inline std::string PartitionedOutboxTableDdl(std::string_view qualified_table) {
@@ -61,7 +61,14 @@ inline std::string QueueTableStorageSql(std::string_view qualified_table) {
          "END $walrelay$";
 }
 
-// The polling publisher's state columns (poller.h), added to an outbox table by `walrelay
+// The columns the polling publisher keeps its state in (polling/poller.h); PollColumnsSql
+// adds them.
+inline constexpr std::string_view kPublishedAtColumn = "published_at";
+inline constexpr std::string_view kRetryCountColumn = "retry_count";
+inline constexpr std::string_view kLastErrorColumn = "last_error";
+inline constexpr std::string_view kRetryAtColumn = "retry_at";
+
+// The polling publisher's state columns (polling/poller.h), added to an outbox table by `walrelay
 // setup --source-mode poll`. Idempotent; existing rows count as unpublished.
 inline std::string PollColumnsSql(std::string_view qualified_table) {
   return "ALTER TABLE " + QuoteQualifiedName(qualified_table) +
@@ -73,7 +80,7 @@ inline std::string PollColumnsSql(std::string_view qualified_table) {
 
 // The partial indexes the poll reads: `<table>_unpublished` (only unpublished rows, in id
 // order) and `<table>_waiting` (rows waiting for a retry, by aggregate: the poll holds back
-// the later rows of their aggregates, poller.h). Built without blocking writers
+// the later rows of their aggregates, polling/poller.h). Built without blocking writers
 // (CONCURRENTLY) on a plain table; PostgreSQL cannot build an index concurrently on a
 // partitioned table, so on one (`partitioned`) it is built on the parent and every
 // partition in one statement, which blocks writes to the table while it builds: run setup
@@ -131,7 +138,7 @@ inline std::string DeadLetterTableDdl(std::string_view quoted_table) {
 // commit_lsn, ordinal) alone, so a letter written by lost-slot recovery (commit_lsn = the
 // new slot's consistent point) and one of a streamed event at that same LSN collided and
 // ON CONFLICT DO NOTHING dropped the second: the key gains `recovered`. (3) The re-drive
-// columns (`walrelay dead-letters retry`, redrive.h) are added. One statement (a DO
+// columns (`walrelay dead-letters retry`, commands/redrive.h) are added. One statement (a DO
 // block); REQUIRES: the quoted name does not contain "$walrelay$".
 inline std::string DeadLetterTableUpgradeSql(std::string_view quoted_table) {
   const std::string t(quoted_table);

@@ -13,7 +13,7 @@ namespace walrelay::relay {
 std::string OutboxJanitor::BatchSql(const std::string& table) const {
   const std::string t = QuoteQualifiedName(table);
   const std::string older = QuoteIdentifier(options_.created_at_column) + " < now() - $1::interval";
-  // Poll mode: a row is delivered once the poller marked it (poller.h).
+  // Poll mode: a row is delivered once the poller marked it (polling/poller.h).
   const std::string delivered =
       options_.poll_mode ? std::string("published_at IS NOT NULL")
                          : DeliveredBeforeBoundPredicate(options_.progress_table, options_.slot);

@@ -2,15 +2,15 @@
 // delivered, in small batches, so the outbox never grows without bound (issue 14, design
 // "janitor"; docs/operations.md section 4).
 //
-// Which rows are delivered: the relay records a snapshot bound per slot (progress.h): every
+// Which rows are delivered: the relay records a snapshot bound per slot (core/progress.h): every
 // transaction visible in it was acked by Kafka or dead-lettered. A row whose inserting
 // transaction (xmin, or a subtransaction's xid, which is above its parent's) is older than
 // the bound's xmin ended before the bound, so it is delivered, and lost-slot recovery,
-// which republishes rows from the bound's xmin on (recovery.h), never needs it. So the
+// which republishes rows from the bound's xmin on (recovery/backfill.h), never needs it. So the
 // janitor deletes exactly rows with age(xmin) > age(bound xmin) AND created_at < now() -
 // retention: never a row that is not confirmed, not even when the relay is behind (the
 // bound then stays behind too), and never one recovery could need. No bound recorded (a
-// slot that never streamed): nothing is deleted. In poll mode (poller.h) delivered means
+// slot that never streamed): nothing is deleted. In poll mode (polling/poller.h) delivered means
 // marked: published_at IS NOT NULL (set only after Kafka acked the row or it was
 // dead-lettered).
 //
@@ -46,7 +46,7 @@ struct JanitorOptions {
   int batch_rows = 1000;
   int batches_per_second = 10;
   std::chrono::milliseconds interval{10000};  // between rounds once a round found nothing
-  // Poll mode (poller.h): delivered = marked published_at, not preceding the slot's bound.
+  // Poll mode (polling/poller.h): delivered = marked published_at, not preceding the slot's bound.
   bool poll_mode = false;
   // kPartitions: whole partitions are dropped instead of rows deleted (partitions.h), by
   // the same rule; kSameTransaction never runs a janitor.

@@ -1,6 +1,6 @@
 // Time partitions of the outbox (issue 14, cleanup design "partitions"; docs/operations.md
 // section 4): `walrelay setup` with outbox.cleanup partitions creates the outbox as a table
-// range-partitioned on created_at (PartitionedOutboxTableDdl, schema.h) and its first
+// range-partitioned on created_at (PartitionedOutboxTableDdl, core/schema.h) and its first
 // partitions; the janitor (janitor.h) then, every round, for every outbox table:
 //
 //   1. creates the partitions of the current period and the next ones (7 days, or 48

@@ -1,4 +1,5 @@
-// Slot-lag safety: the slot guard, the thresholds it applies, and the startup checks.
+// Slot-lag safety: the slot guard and its evaluation of a slot against the thresholds
+// (core/thresholds.h). The checks before streaming are run/startup_checks.h.
 //
 // Why. A logical slot that nobody reads makes PostgreSQL keep WAL until the disk is full,
 // which stops the database: worse than a late event. The guard measures, on a NORMAL
@@ -38,40 +39,11 @@
 #include "base/status.h"
 #include "slot/slot_admin.h"
 #include "src/metrics/registry.h"
-#include "src/relay/lifecycle/periodic.h"
 #include "src/relay/core/config.h"
+#include "src/relay/core/thresholds.h"
+#include "src/relay/lifecycle/periodic.h"
 
 namespace walrelay::relay {
-
-// "512MB", "1.5GB", "64kB", "1048576" (bytes), "10 MB". Units are 1024-based as in
-// PostgreSQL: B, kB/KB/KiB, MB/MiB, GB/GiB, TB/TiB (case-insensitive). kInvalidArgument
-// on anything else.
-Result<uint64_t> ParseByteSize(std::string_view text);
-// Human units, 1024-based like pg_size_pretty: "812 B", "12.0 kB", "1.5 MB", "3.25 GB".
-std::string FormatBytes(uint64_t bytes);
-
-// A warn or critical threshold: absolute bytes, or a fraction of max_slot_wal_keep_size.
-struct Threshold {
-  enum class Kind { kNone, kBytes, kFraction };
-  Kind kind = Kind::kNone;
-  uint64_t bytes = 0;   // kBytes
-  double fraction = 0;  // kFraction, in (0, 1]
-
-  static Threshold None() { return {}; }
-  static Threshold Bytes(uint64_t b) { return {Kind::kBytes, b, 0}; }
-  static Threshold Fraction(double f) { return {Kind::kFraction, 0, f}; }
-
-  // "" or "none" → kNone; "0.5" or "50%" → fraction (a number with a '.' and no unit must
-  // be in (0, 1]); otherwise ParseByteSize ("512MB", "1073741824").
-  static Result<Threshold> Parse(std::string_view text);
-
-  // The threshold in bytes for a server whose max_slot_wal_keep_size is `max_keep_bytes`
-  // (-1 = unlimited). nullopt for kNone, and for a fraction when unlimited (a fraction of
-  // infinity does not apply; StartupChecks warns about it).
-  std::optional<uint64_t> Resolve(int64_t max_keep_bytes) const;
-
-  std::string ToString() const;  // "none", "512.0 MB", "0.5 of max_slot_wal_keep_size"
-};
 
 enum class SlotState { kOk = 0, kWarn = 1, kCritical = 2, kLost = 3, kMissing = 4 };
 std::string_view SlotStateName(SlotState s);  // "ok", "warn", "critical", "lost", "missing"
@@ -95,7 +67,7 @@ struct SlotGuardOptions {
   Threshold warn = Threshold::Bytes(1ull << 30);      // 1 GB retained
   Threshold critical = Threshold::Bytes(8ull << 30);  // 8 GB retained
   std::chrono::milliseconds interval{10000};          // Start(): time between polls
-  // Optional: gauges and counters named in src/relay/metric_names.h, label slot=<slot>.
+  // Optional: gauges and counters named in src/relay/core/metric_names.h, label slot=<slot>.
   metrics::Registry* registry = nullptr;
   // Optional: called after every state change (on the polling thread), e.g. to start
   // lost-slot recovery. `slot` is null when the slot is missing.
@@ -174,50 +146,5 @@ class SlotGuard {
   std::vector<std::pair<std::string, metrics::Gauge*>> wal_status_;
   std::vector<std::pair<SlotState, metrics::Gauge*>> state_gauges_;
 };
-
-// --- Startup checks ------------------------------------------------------------------
-
-// The oldest server walrelay runs against (server_version_num): PostgreSQL 14.
-inline constexpr int kMinServerVersionNum = 140000;
-
-struct StartupCheckOptions {
-  // When true (the relay with --recovery-enabled false), a lost slot is an error
-  // (kDataLoss: no retry can fix it); when false (the relay will recover it), it is a
-  // warning and StartupReport::slot_lost is set.
-  bool lost_slot_is_error = true;
-  // Thresholds, only to warn when a fraction cannot apply (unlimited keep size).
-  Threshold warn;
-  Threshold critical;
-};
-
-struct StartupReport {
-  std::vector<std::string> warnings;  // also logged with spdlog::warn
-  slot::ServerSettings settings;
-  std::optional<slot::SlotInfo> slot;  // nullopt: the slot does not exist (yet)
-  bool slot_lost = false;
-  bool publication_exists = false;
-};
-
-// Checks, in this order, before the relay streams (each failure message names the fix):
-//   1. wal_level = logical                      else kFailedPrecondition
-//   2. REPLICATION privilege of the role        else kPermissionDenied
-//   3. max_slot_wal_keep_size = -1              a loud warning (disk-fill risk)
-//   4. the slot: missing and create_slot off    kFailedPrecondition;
-//                not logical, or its plugin is  kFailedPrecondition
-//                not config.plugin
-//                invalidated (wal_status 'lost' kDataLoss (or a warning, see
-//                or invalidation_reason)
-//                                               lost_slot_is_error); 'unreserved' warns
-//   5. the publication covers config.tables     missing table: kNotFound; a partition
-//      (resolved as SQL does, by OID)           or not a table, a table not in the
-//                                               publication, a partitioned table without
-//                                               publish_via_partition_root, no
-//                                               publication and create_slot off, or
-//                                               wal2json with a partitioned table:
-//                                               kFailedPrecondition
-// Read-only: nothing is created or altered. Opens its own short-lived connections to
-// `config.source_dsn`. kUnavailable when the server cannot be reached.
-Result<StartupReport> StartupChecks(const RelayConfig& config,
-                                    const StartupCheckOptions& options = {});
 
 }  // namespace walrelay::relay

@@ -10,7 +10,7 @@
 #include "base/sql.h"
 #include "base/position.h"
 #include "src/relay/core/record_headers.h"
-#include "src/relay/recovery/backfill.h"
+#include "src/relay/core/outbox_rows.h"
 #include "src/relay/core/schema.h"
 
 namespace walrelay::relay {
@@ -56,20 +56,6 @@ DeadLetter LetterOf(const OutboxEvent& event, std::string_view payload) {
 }
 
 }  // namespace
-
-Result<PollShard> ParsePollShard(std::string_view text) {
-  PollShard shard;
-  if (text.empty()) return shard;
-  const size_t slash = text.find('/');
-  if (slash == std::string_view::npos || !ParseNumber(text.substr(0, slash), &shard.index) ||
-      !ParseNumber(text.substr(slash + 1), &shard.count) || shard.count < 1 ||
-      shard.count > 1024 || shard.index < 0 || shard.index >= shard.count) {
-    return InvalidArgumentError("--poll-shard '" + std::string(text) +
-                                "': expected I/N with 0 <= I < N <= 1024 (this replica's share "
-                                "of the aggregates, e.g. 0/3, 1/3 and 2/3 for three replicas)");
-  }
-  return shard;
-}
 
 std::string PollShardPredicate(const std::string& aggregate_id_column, const PollShard& shard) {
   if (shard.count <= 1) return "";

@@ -38,7 +38,7 @@
 // a dead-lettered row stops holding back its aggregate. A failed dead-letter write fails the poll (rolled back, retried):
 // an event is published, dead-lettered, or still unpublished, never dropped.
 //
-// Dead letters of the poller are keyed (dead_letter.h) by slot "poll:<slot>", commit_lsn
+// Dead letters of the poller are keyed (core/dead_letter.h) by slot "poll:<slot>", commit_lsn
 // = the row's id as a number, ordinal = the table's place in source.tables: writing one
 // twice (a poll rolled back after the letter was committed) keeps one row.
 //
@@ -86,28 +86,13 @@
 
 namespace walrelay::relay {
 
-// The columns the polling publisher keeps its state in (schema.h's PollColumnsSql adds
-// them: `walrelay setup --source-mode poll`).
-inline constexpr std::string_view kPublishedAtColumn = "published_at";
-inline constexpr std::string_view kRetryCountColumn = "retry_count";
-inline constexpr std::string_view kLastErrorColumn = "last_error";
-inline constexpr std::string_view kRetryAtColumn = "retry_at";
-
 // The predicate over table alias `alias` of a row that waits for its retry: it failed at
 // least once and is not published yet.
 std::string PollWaitingPredicate(std::string_view alias);
 
-// The slot label of the poller's dead letters (dead_letter.h keys letters by it): "poll:"
+// The slot label of the poller's dead letters (core/dead_letter.h keys letters by it): "poll:"
 // and source.slot, apart from the WAL relay's letters of the same slot.
 std::string PollDeadLetterSlot(const RelayConfig& config);
-
-// This replica's share of the aggregates.
-struct PollShard {
-  int index = 0;
-  int count = 1;  // 1 = every aggregate
-};
-// "I/N" with 0 <= I < N <= 1024, or "" for all; kInvalidArgument otherwise.
-Result<PollShard> ParsePollShard(std::string_view text);
 
 // The SQL predicate of a shard over the aggregate id column ("" when unsharded).
 std::string PollShardPredicate(const std::string& aggregate_id_column, const PollShard& shard);

@@ -22,10 +22,6 @@ Status Exec(PGconn* conn, const std::string& sql, std::string_view what) {
   return slot::ExecPg(conn, sql, {}, "recovery: " + std::string(what)).status();
 }
 
-std::string Column(const std::string& name) {
-  return name.empty() ? "NULL::text" : QuoteIdentifier(name) + "::text";
-}
-
 Result<uint64_t> ParseUint(const char* text, std::string_view what) {
   uint64_t v = 0;
   const char* end = text + std::strlen(text);
@@ -92,34 +88,6 @@ std::string RecoveryPredicate(uint64_t bound_xmin, uint64_t span) {
   // xmin - lo modulo 2^32, as a non-negative bigint; `xid` has no arithmetic of its own.
   return "((xmin::text::bigint - " + std::to_string(bound_xmin % kXidSpace) + ") & " +
          std::to_string(kXidSpace - 1) + ") < " + std::to_string(span);
-}
-
-std::string OutboxRowSelectList(const OutboxColumns& c) {
-  return Column(c.event_id) + ", " + Column(c.aggregate_type) + ", " + Column(c.aggregate_id) +
-         ", " + Column(c.topic) + ", " + Column(c.event_type) + ", " + Column(c.payload) + ", " +
-         Column(c.headers);
-}
-
-Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const OutboxColumns& c) {
-  const std::string quoted_table = QuoteQualifiedName(table);
-  WALRELAY_ASSIGN_OR_RETURN(
-      slot::PgResultPtr type,
-      slot::ExecPg(conn,
-                   "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND "
-                   "attname = $2 AND NOT attisdropped AND atttypid = 'bytea'::regtype",
-                   {quoted_table.c_str(), c.payload.c_str()},
-                   "reading the payload column's type of " + table));
-  return std::string_view(PQgetvalue(type.get(), 0, 0)) != "0";
-}
-
-OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea, int first_column) {
-  auto field = [&](int col) -> std::optional<std::string_view> {
-    col += first_column;
-    if (PQgetisnull(result, row, col)) return std::nullopt;
-    return std::string_view(PQgetvalue(result, row, col), PQgetlength(result, row, col));
-  };
-  return OutboxRow{field(0), field(1), field(2), field(3),
-                   field(4), field(5), field(6), payload_is_bytea};
 }
 
 Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo& conninfo,

@@ -7,7 +7,7 @@
 // low ids (or early timestamps) and commit long after later ones, and ids need not be
 // integers (uuid keys). What does say it is *visibility*.
 //
-// The snapshot bound (progress.h). While streaming, after outbox events were handled, the
+// The snapshot bound (core/progress.h). While streaming, after outbox events were handled, the
 // relay reads a candidate `SELECT pg_current_snapshot(), pg_current_wal_insert_lsn()` on its
 // side connection. The statement's snapshot S is taken before the position L is read, and
 // a transaction becomes visible only after its commit record is inserted, so every
@@ -36,7 +36,7 @@
 // 2^31 or more transactions old (xids may have wrapped since), or ahead of the server's
 // xids (a restored or replaced database): `walrelay republish`, docs/operations.md.
 //
-// Steps (relay.cc, Session::Recover):
+// Steps (run/slot_recovery.cc, Session::Recover):
 //   1. refuses when no bound is recorded (a progress row of a version that recorded ids)
 //      or the bound cannot be trusted (CheckBound);
 //   2. marks the recovery in the progress table (so a failure half-way redoes it);
@@ -45,7 +45,7 @@
 //      unfinished attempt made (its WAL holds the events committed since, table-less ones
 //      included, which exist nowhere else), or one walrelay did not advance (made anew
 //      by setup or by hand after the old one was gone: confirmed past the recorded
-//      delivered position, progress.h); N is then a fresh snapshot, so the rows committed
+//      delivered position, core/progress.h); N is then a fresh snapshot, so the rows committed
 //      since the kept slot began come twice, none is missed;
 //   4. Backfill(): under N, counts and publishes the rows above (unmappable ones are
 //      dead-lettered with `recovered` set, so they never collide with streamed letters),
@@ -82,6 +82,7 @@
 #include "src/relay/core/config.h"
 #include "src/relay/core/dead_letter.h"
 #include "src/relay/core/outbox_mapper.h"
+#include "src/relay/core/outbox_rows.h"
 #include "src/relay/core/pipeline.h"
 #include "src/relay/core/progress.h"
 #include "src/relay/core/relay_stats.h"
@@ -135,16 +136,6 @@ struct RowSelection {
   std::function<Status()> keep_alive;
   std::function<Status(const std::string& id)> on_progress;
 };
-
-// Reading outbox rows by SQL the way the stream sees them (recovery, republish, re-drive):
-// the SELECT list of the seven mapped fields as text (NULL::text for an absent optional
-// column), in OutboxRow's order; whether the table's payload column is bytea (read as its
-// \x text, published as bytes); and the OutboxRow of one result row (views into it).
-std::string OutboxRowSelectList(const OutboxColumns& columns);
-Result<bool> PayloadIsBytea(PGconn* conn, const std::string& table, const OutboxColumns& columns);
-// The seven fields start at column `first_column` of the result.
-OutboxRow OutboxRowAt(const PGresult* result, int row, bool payload_is_bytea,
-                      int first_column = 0);
 
 // The order rows are republished in: the configured id column, or without one (a uuid
 // key: the Debezium profile) the inserting transaction counted from `from_xid` modulo

@@ -87,7 +87,7 @@ class Relay {
   Status StartObservability();
   // The producer's options: the configured properties and the current batch.size.
   kafka::ProducerOptions ProducerOptions() const;
-  // --source-mode poll: one polling session (poller.h) until stopped (OK) or failed.
+  // --source-mode poll: one polling session (polling/poller.h) until stopped (OK) or failed.
   Status PollSession();
 
   RelayConfig config_;

@@ -1,0 +1,257 @@
+#include "src/relay/run/session.h"
+
+#include <spdlog/spdlog.h>
+
+#include "slot/wire.h"
+#include "src/relay/core/plugin_options.h"
+#include "src/relay/core/schema.h"
+#include "src/relay/run/observability.h"
+
+namespace walrelay::relay {
+
+using std::chrono::milliseconds;
+
+// CREATE_REPLICATION_SLOT for a slot found missing. 42710 (duplicate_object) means another
+// relay created it in between: it streams the slot now, so wait and retry (kUnavailable);
+// the next session finds the slot and waits while the other relay reads it.
+Result<slot::CreatedSlot> CreateMissingSlot(slot::ReplicationConnection& conn,
+                                            const RelayConfig& config, bool export_snapshot) {
+  auto created =
+      conn.CreateLogicalSlot(config.slot, config.plugin, /*temporary=*/false, export_snapshot);
+  if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    return UnavailableError(
+        "replication slot " + config.slot +
+        " was created by another session between this relay's check and its "
+        "CREATE_REPLICATION_SLOT (another walrelay starting on the same slot?): waiting and "
+        "retrying; this relay streams once the other one stops reading the slot (" +
+        created.status().message() + ")");
+  }
+  return created;
+}
+
+Status Relay::Session::Start() {
+  const slot::ConnInfo conninfo = config_.SourceConninfo();
+  // Server checks and objects, over a normal connection.
+  WALRELAY_ASSIGN_OR_RETURN(admin_, slot::SlotAdmin::Connect(conninfo));
+  WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin_->GetServerSettings());
+  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
+  // Everything from reading the slot's state to streaming it happens under the slot's lock
+  // (slot_admin.h): another relay of the slot that is starting or recovering it (it may
+  // have just made the slot anew and be republishing, the slot inactive and the recovery
+  // marked unfinished) is waited for as a standby, never taken for a crashed one.
+  WALRELAY_ASSIGN_OR_RETURN(const bool locked, admin_->TryLockSlot(config_.slot));
+  if (!locked) {
+    auto holder = admin_->SlotLockHolder(config_.slot);
+    standby_for_ = holder.ok() ? holder->value_or(0) : 0;
+    return UnavailableError("replication slot " + config_.slot +
+                            " is being started or recovered by process " +
+                            std::to_string(*standby_for_) + " (it holds the slot's lock)");
+  }
+  // The slot, read before anything else is set up: while another process streams it (the
+  // active relay, this one being a standby), PostgreSQL lets no one else read it.
+  auto existing = admin_->GetSlot(config_.slot);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+    return existing.status();
+  }
+  if (existing.ok() && existing->active) {
+    standby_for_ = existing->active_pid.value_or(0);
+    return UnavailableError("replication slot " + config_.slot + " is held by process " +
+                            std::to_string(*standby_for_));
+  }
+  const milliseconds status_interval =
+      std::min(config_.status_interval, slot::StatusInterval(settings.wal_sender_timeout));
+  // The outbox tables, resolved to OIDs by the server once per session: the stream's
+  // relations are matched by these (invariant 8).
+  std::vector<OutboxTable> outbox_tables;
+  if (!config_.tables.empty()) {
+    std::vector<slot::ResolvedTable> resolved;
+    if (config_.create_slot) {
+      WALRELAY_ASSIGN_OR_RETURN(resolved,
+                                admin_->EnsurePublication(config_.publication, config_.tables));
+    } else {
+      WALRELAY_ASSIGN_OR_RETURN(resolved, admin_->ResolveTables(config_.tables));
+      WALRELAY_ASSIGN_OR_RETURN(slot::PublicationCheck check,
+                                admin_->CheckPublication(config_.publication, resolved));
+      WALRELAY_RETURN_IF_ERROR(check.Verdict(config_.publication, /*may_create=*/false));
+    }
+    for (const slot::ResolvedTable& t : resolved) {
+      outbox_tables.push_back({t.oid, t.schema, t.name});
+    }
+  }
+  WALRELAY_ASSIGN_OR_RETURN(
+      dead_letters_, DeadLetterWriter::Open(conninfo, config_.dead_letter_table, config_.slot));
+  WALRELAY_ASSIGN_OR_RETURN(progress_, ProgressStore::Open(conninfo, config_.progress_table));
+  WALRELAY_ASSIGN_OR_RETURN(Progress progress, progress_->Load(config_.slot));
+  if (config_.recovery_enabled && config_.tables.empty()) {
+    return InvalidArgumentError(
+        "--recovery-enabled is true but no --source-table is configured: lost-slot recovery "
+        "republishes from outbox tables, and table-less events (logical messages) in WAL "
+        "that a lost slot gave up can never be republished. Configure the outbox tables, or "
+        "set --recovery-enabled false to run knowingly without recovery");
+  }
+  bound_recorded_ = progress.bound.has_value();
+  events_at_candidate_ = stats_.events_produced.load() + stats_.events_dead_lettered.load();
+
+  // The producer.
+  WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(relay_.ProducerOptions()));
+
+  // The replication connection and the slot: existing, new, or recovered.
+  // Connect forces replication=database (appending it as text would break a URI DSN).
+  WALRELAY_ASSIGN_OR_RETURN(conn_, slot::ReplicationConnection::Connect(conninfo));
+  const bool missing = !existing.ok();
+  const bool lost = existing.ok() && existing->invalidated();
+  if (existing.ok() && !existing->plugin.empty() && existing->plugin != config_.plugin) {
+    return InvalidArgumentError("replication slot " + config_.slot + " uses plugin " +
+                                existing->plugin + ", but --source-plugin is " + config_.plugin);
+  }
+  // The slot's trust (invariant 11): walrelay records a position before it confirms the
+  // slot up to it (Pipeline::Options::record_confirmable), so a slot confirmed past the
+  // recorded position was not advanced by walrelay: made anew after the one it streamed
+  // was dropped or lost (by setup, by hand, by another tool), and missing the events
+  // between. It is recovered like a lost slot, or refused.
+  const bool untrusted =
+      existing.ok() && !lost && !progress.Vouches(existing->confirmed_flush_lsn);
+  Lsn delivered;  // where the confirmation gate starts: the slot's trusted position
+  if (progress.recovering || ((missing || lost || untrusted) && progress.exists)) {
+    const SlotCondition condition = missing     ? SlotCondition::kGone
+                                    : lost      ? SlotCondition::kLost
+                                    : untrusted ? SlotCondition::kUntrusted
+                                                : SlotCondition::kUnfinished;
+    WALRELAY_ASSIGN_OR_RETURN(delivered, Recover(conninfo, progress, condition,
+                                                 existing.ok() ? &*existing : nullptr));
+  } else if (missing) {
+    if (!config_.create_slot) {
+      return FailedPreconditionError("replication slot " + config_.slot +
+                                     " does not exist: run `walrelay setup` or set "
+                                     "--source-create-slot true");
+    }
+    WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, false));
+    spdlog::info("created logical slot {} at {}", config_.slot,
+                 created.consistent_point.ToString());
+    delivered = created.consistent_point;
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, delivered));
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "run"));
+  } else if (lost) {
+    // No session can fix this: DataLoss ends Run() instead of retrying.
+    return DataLossError(
+        "replication slot " + config_.slot + " is " +
+        slot::ExplainSlotInvalidation(existing->invalidation_reason) +
+        "; no walrelay progress is recorded for it, so the events it had not delivered are "
+        "unknown and recovery cannot republish them. Fix: drop the slot (SELECT "
+        "pg_drop_replication_slot(" +
+        QuoteLiteral(config_.slot) +
+        ")), run `walrelay republish --all --create-slot` (it makes the slot anew and "
+        "republishes the outbox rows; docs/operations.md, section 2) and start walrelay "
+        "again");
+  } else if (progress.delivered) {
+    delivered = *progress.delivered;
+  } else {
+    // A slot walrelay never streamed (setup made it, or a Debezium slot taken over), or
+    // a progress table of a version that did not record the position: trusted as it is.
+    delivered = existing->confirmed_flush_lsn.value_or(Lsn());
+    WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, delivered));
+    if (progress.slot_origin.empty()) {
+      WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "adopted"));
+    }
+    spdlog::info("replication slot {}: adopted at its confirmed position {} (walrelay confirms "
+                 "it no further than it recorded as delivered from now on)",
+                 config_.slot, delivered.ToString());
+  }
+
+  Pipeline::Options pipeline_options;
+  pipeline_options.status_interval = status_interval;
+  candidate_interval_ = status_interval;
+  pipeline_options.tick = [this] { return Tick(); };
+  pipeline_options.produce_latency = relay_.obs_->produce_latency;
+  pipeline_options.commit_to_ack_latency = relay_.obs_->commit_to_ack_latency;
+  pipeline_options.outbox_tables = std::move(outbox_tables);
+  pipeline_options.topic_errors = relay_.topic_errors_.get();
+  pipeline_options.confirm_limit = delivered;
+  pipeline_options.record_confirmable = [this](Lsn lsn) {
+    return progress_->SaveDelivered(config_.slot, lsn);
+  };
+  pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
+                                         std::move(pipeline_options));
+
+  const PluginOptions options =
+      StartReplicationOptions(config_.plugin, config_.publication, config_.tables);
+  if (Status started = conn_->StartLogical(config_.slot, Lsn(0), options); !started.ok()) {
+    // Another relay may have taken the slot since it was read above.
+    auto now = admin_->GetSlot(config_.slot);
+    if (now.ok() && now->active) standby_for_ = now->active_pid.value_or(0);
+    return started;
+  }
+  // Streaming: the slot is active, which keeps every other relay standing by.
+  WALRELAY_RETURN_IF_ERROR(admin_->UnlockSlot(config_.slot));
+  stats_.streaming.store(1);
+  if (const int was_standby_for = stats_.standby_for.exchange(0); stats_.standby.exchange(0)) {
+    spdlog::warn("took over slot {}: the process that read it ({}) stopped; this relay streams "
+                 "it now",
+                 config_.slot, was_standby_for);
+  }
+  if (!relay_.guard_started_) {  // now that the slot exists
+    relay_.obs_->guard->Start();
+    if (relay_.obs_->janitor) relay_.obs_->janitor->Start();
+    relay_.obs_->table_health->Start();
+    relay_.guard_started_ = true;
+  }
+  spdlog::info("streaming slot {} (publication {}), status every {} ms", config_.slot,
+               config_.publication, status_interval.count());
+  return Status::Ok();
+}
+
+// Runs about every 100 ms on the pipeline's thread: heartbeats and progress saving.
+Status Relay::Session::Tick() {
+  stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+  if (config_.heartbeat_interval.count() > 0) WALRELAY_RETURN_IF_ERROR(Heartbeat());
+  if (Clock::now() >= next_candidate_) WALRELAY_RETURN_IF_ERROR(TakeCandidate());
+  if (Clock::now() >= next_progress_save_) WALRELAY_RETURN_IF_ERROR(SaveProgress());
+  return Status::Ok();
+}
+
+Status Relay::Session::TakeCandidate() {
+  const uint64_t events = stats_.events_produced.load() + stats_.events_dead_lettered.load();
+  if (events == events_at_candidate_ && (bound_recorded_ || !candidates_.empty())) {
+    return Status::Ok();
+  }
+  next_candidate_ = Clock::now() + candidate_interval_;
+  WALRELAY_ASSIGN_OR_RETURN(SnapshotBound candidate, progress_->ReadCandidate());
+  events_at_candidate_ = events;
+  if (candidates_.size() < kMaxCandidates) {
+    candidates_.push_back(std::move(candidate));
+  } else {
+    candidates_.back() = std::move(candidate);  // keeps the oldest ones, which ripen first
+  }
+  return Status::Ok();
+}
+
+Status Relay::Session::SaveProgress() {
+  next_progress_save_ = Clock::now() + std::chrono::seconds(2);
+  const Lsn confirmed = pipeline_->confirmed_lsn();
+  std::optional<SnapshotBound> reached;
+  while (!candidates_.empty() && candidates_.front().lsn <= confirmed) {
+    reached = std::move(candidates_.front());
+    candidates_.pop_front();
+  }
+  if (!reached) return Status::Ok();
+  WALRELAY_RETURN_IF_ERROR(progress_->SaveBound(config_.slot, *reached));
+  bound_recorded_ = true;
+  return Status::Ok();
+}
+
+// Emits a non-transactional logical message carrying the wall clock; seen in the stream it
+// gives the end-to-end lag and keeps positions moving on an otherwise idle database.
+Status Relay::Session::Heartbeat() {
+  if (Clock::now() < next_heartbeat_) return Status::Ok();
+  next_heartbeat_ = Clock::now() + config_.heartbeat_interval;
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  Status st =
+      admin_->EmitMessage(/*transactional=*/false, kHeartbeatPrefix, std::to_string(now_us));
+  if (!st.ok()) return st.WithContext("heartbeat");
+  stats_.heartbeats_sent.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+}  // namespace walrelay::relay

@@ -1,0 +1,137 @@
+#include "src/relay/run/startup_checks.h"
+
+#include <spdlog/spdlog.h>
+
+#include "base/sql.h"
+#include "slot/pg_error.h"
+#include "slot/replication_connection.h"
+#include "src/relay/recovery/backfill.h"
+
+namespace walrelay::relay {
+
+Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupCheckOptions& options) {
+  StartupReport report;
+  auto warn = [&](std::string w) {
+    spdlog::warn("startup check: {}", w);
+    report.warnings.push_back(std::move(w));
+  };
+  const slot::ConnInfo conninfo = config.SourceConninfo();
+  WALRELAY_ASSIGN_OR_RETURN(auto admin, slot::SlotAdmin::Connect(conninfo));
+  // 0. the transport: events and credentials cross the network in the clear, or to a
+  // server nobody verified
+  if (std::string w = admin->TransportWarning(); !w.empty()) warn(std::move(w));
+
+  // 1. server version and wal_level
+  WALRELAY_ASSIGN_OR_RETURN(report.settings, admin->GetServerSettings());
+  if (report.settings.server_version_num < kMinServerVersionNum) {
+    return FailedPreconditionError(
+        "PostgreSQL " + std::to_string(report.settings.server_version_num / 10000) +
+        " is too old: walrelay needs PostgreSQL 14 or newer (pgoutput's 'messages' option for "
+        "table-less events and heartbeats, wal_status/safe_wal_size for slot safety). Fix: "
+        "upgrade the server");
+  }
+  WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(report.settings));
+
+  // 2. replication, tried rather than read from the role's attributes: managed services
+  // grant it through role membership (Amazon RDS and Aurora: rds_replication, with
+  // rolreplication false and no superuser), and a connection tried also meets
+  // pg_hba.conf's replication lines. Refusals name each platform's fix (slot/pg_error.h).
+  {
+    auto probe = slot::ReplicationConnection::Connect(conninfo);
+    Status tried = probe.ok() ? (*probe)->IdentifySystem().status() : probe.status();
+    if (!tried.ok()) {
+      return tried.WithContext("startup check: opening a replication connection as role \"" +
+                               admin->user() + "\"");
+    }
+  }
+
+  // 3. max_slot_wal_keep_size
+  const int64_t keep = report.settings.max_slot_wal_keep_size_bytes;
+  if (keep < 0) {
+    warn(
+        "max_slot_wal_keep_size = -1 (unlimited): while walrelay is stopped or stuck, its slot "
+        "keeps every WAL segment and can fill the server's disk, which stops PostgreSQL for "
+        "all applications. Fix: bound it above the longest relay outage you tolerate, e.g. "
+        "ALTER SYSTEM SET max_slot_wal_keep_size = '16GB'; SELECT pg_reload_conf(); — past "
+        "the bound the slot is invalidated (wal_status 'lost') instead of the disk filling "
+        "up, and the outbox rows still in the table can be re-published");
+    for (const Threshold* t : {&options.warn, &options.critical}) {
+      if (t->kind == Threshold::Kind::kFraction) {
+        warn("threshold " + t->ToString() +
+             " does not apply while max_slot_wal_keep_size is unlimited; give it in bytes "
+             "(e.g. 1GB) or bound max_slot_wal_keep_size");
+      }
+    }
+  }
+
+  // 4. the slot
+  auto info = admin->GetSlot(config.slot);
+  if (info.ok()) {
+    report.slot = *info;
+    if (info->invalidated()) {
+      report.slot_lost = true;
+      std::string msg =
+          "replication slot \"" + config.slot + "\" is invalidated, " +
+          slot::ExplainSlotInvalidation(info->invalidation_reason) +
+          "; so changes after its confirmed_flush_lsn " +
+          (info->confirmed_flush_lsn ? info->confirmed_flush_lsn->ToString() : "(unknown)") +
+          " can no longer be streamed. Recovery: rows still in the outbox table must be "
+          "re-published from the table (walrelay's lost-slot recovery does this), then the "
+          "slot recreated: SELECT pg_drop_replication_slot(" +
+          QuoteLiteral(config.slot) +
+          "); and restart walrelay with create_slot on. Rows already deleted from the outbox "
+          "cannot be recovered. Prevent it: alert on `walrelay lag` and size "
+          "max_slot_wal_keep_size for your longest outage";
+      if (options.lost_slot_is_error) {
+        // The relay's --recovery-enabled false: Session::Recover's refusal.
+        return RecoveryDisabledRefusal(
+            config, "lost (" + slot::ExplainSlotInvalidation(info->invalidation_reason) + ")");
+      }
+      warn(msg);
+    } else if (info->wal_status == "unreserved") {
+      warn("replication slot \"" + config.slot +
+           "\" has wal_status 'unreserved': it is past max_slot_wal_keep_size and the next "
+           "checkpoint invalidates it unless walrelay catches up first");
+    }
+    if (info->slot_type != "logical" || (!info->plugin.empty() && info->plugin != config.plugin)) {
+      return FailedPreconditionError(
+          "replication slot \"" + config.slot + "\" is a " + info->slot_type + " slot" +
+          (info->plugin.empty() ? "" : " with plugin " + info->plugin) +
+          "; walrelay is configured for a logical " + config.plugin +
+          " slot (source.plugin). Fix: set source.plugin to the slot's plugin, use another "
+          "slot name, or drop it with SELECT pg_drop_replication_slot(" +
+          QuoteLiteral(config.slot) + ") if nothing else uses it");
+    }
+  } else if (info.status().code() == StatusCode::kNotFound) {
+    if (!config.create_slot) {
+      return FailedPreconditionError(
+          "replication slot \"" + config.slot +
+          "\" does not exist and create_slot is off. Fix: turn create_slot on, or SELECT "
+          "pg_create_logical_replication_slot(" +
+          QuoteLiteral(config.slot) + ", " + QuoteLiteral(config.plugin) + ");");
+    }
+  } else {
+    return info.status();
+  }
+
+  // 5. the publication covers the outbox tables, through the root of a partitioned one
+  // (read-only; SlotAdmin::EnsurePublication would create it).
+  if (!config.tables.empty()) {
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::ResolvedTable> tables,
+                              admin->ResolveTables(config.tables));
+    WALRELAY_ASSIGN_OR_RETURN(slot::PublicationCheck check,
+                              admin->CheckPublication(config.publication, tables));
+    report.publication_exists = check.exists;
+    WALRELAY_RETURN_IF_ERROR(check.Verdict(config.publication, config.create_slot));
+    if (config.plugin == "wal2json" && !check.partitioned.empty()) {
+      return FailedPreconditionError(
+          "outbox table " + check.partitioned.front() +
+          " is partitioned, and wal2json names every change by its partition (it has no "
+          "publish_via_partition_root), so partitions attached later would be missed. Fix: "
+          "use --source-plugin pgoutput for a partitioned outbox");
+    }
+  }
+  return report;
+}
+
+}  // namespace walrelay::relay

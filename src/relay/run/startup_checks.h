@@ -1,0 +1,62 @@
+// The checks `walrelay run` makes once before it streams: server version, wal_level,
+// privileges, max_slot_wal_keep_size, the slot and the publication, each failure with its
+// fix. The slot guard (lifecycle/slot_guard.h) watches the same slot while the relay runs.
+//
+// Thread safety: reentrant; each call opens its own short-lived connections.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "slot/slot_admin.h"
+#include "src/relay/core/config.h"
+#include "src/relay/core/thresholds.h"
+
+namespace walrelay::relay {
+
+// The oldest server walrelay runs against (server_version_num): PostgreSQL 14.
+inline constexpr int kMinServerVersionNum = 140000;
+
+struct StartupCheckOptions {
+  // When true (the relay with --recovery-enabled false), a lost slot is an error
+  // (kDataLoss: no retry can fix it); when false (the relay will recover it), it is a
+  // warning and StartupReport::slot_lost is set.
+  bool lost_slot_is_error = true;
+  // Thresholds, only to warn when a fraction cannot apply (unlimited keep size).
+  Threshold warn;
+  Threshold critical;
+};
+
+struct StartupReport {
+  std::vector<std::string> warnings;  // also logged with spdlog::warn
+  slot::ServerSettings settings;
+  std::optional<slot::SlotInfo> slot;  // nullopt: the slot does not exist (yet)
+  bool slot_lost = false;
+  bool publication_exists = false;
+};
+
+// Checks, in this order, before the relay streams (each failure message names the fix):
+//   1. wal_level = logical                      else kFailedPrecondition
+//   2. REPLICATION privilege of the role        else kPermissionDenied
+//   3. max_slot_wal_keep_size = -1              a loud warning (disk-fill risk)
+//   4. the slot: missing and create_slot off    kFailedPrecondition;
+//                not logical, or its plugin is  kFailedPrecondition
+//                not config.plugin
+//                invalidated (wal_status 'lost' kDataLoss (or a warning, see
+//                or invalidation_reason)
+//                                               lost_slot_is_error); 'unreserved' warns
+//   5. the publication covers config.tables     missing table: kNotFound; a partition
+//      (resolved as SQL does, by OID)           or not a table, a table not in the
+//                                               publication, a partitioned table without
+//                                               publish_via_partition_root, no
+//                                               publication and create_slot off, or
+//                                               wal2json with a partitioned table:
+//                                               kFailedPrecondition
+// Read-only: nothing is created or altered. Opens its own short-lived connections to
+// `config.source_dsn`. kUnavailable when the server cannot be reached.
+Result<StartupReport> StartupChecks(const RelayConfig& config,
+                                    const StartupCheckOptions& options = {});
+
+}  // namespace walrelay::relay
