@@ -20,7 +20,7 @@ inline constexpr std::array<std::string_view, 4> kRelayHeaders = {kEventId, kEve
                                                                   kAggregateType, kPosition};
 
 // Names a row may not use for its own headers (any ASCII case): the ones the relay writes
-// (these by default; the configured ones, src/relay/config.h HeaderNames) and every name
+// (these by default; the configured ones, src/relay/core/config.h HeaderNames) and every name
 // under this prefix.
 inline constexpr std::string_view kReservedPrefix = "walrelay.";
 

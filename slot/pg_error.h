@@ -29,7 +29,7 @@
 //
 // A failed statement on a connection that is gone (PQstatus != CONNECTION_OK) is
 // kUnavailable / kTransient whatever its SQLSTATE. The Status code is what the relay acts
-// on (src/relay/relay.cc Retryable: restart or exit); the fault is what the inbox acts on
+// on (src/relay/run/relay.cc Retryable: restart or exit); the fault is what the inbox acts on
 // (transient and server state: retry with backoff; data: dead-letter the message;
 // statement: stop the consumer); docs/operations.md ("Database errors") says the same.
 //

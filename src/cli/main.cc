@@ -4,8 +4,9 @@
 //   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
 //   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
 //   cutover debezium  take over a stopped Debezium connector's slot and stream from it
-//                     (src/relay/takeover.h, docs/migrating-from-debezium.md)
-//   republish         publish outbox rows already in the tables again (src/relay/republish.h)
+//                     (src/relay/commands/cutover.h, docs/migrating-from-debezium.md)
+//   republish         publish outbox rows already in the tables again
+//                     (src/relay/commands/republish.h)
 //   dead-letters      list the dead letters; retry them once their cause is fixed (redrive.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration, 3 (run) refused to
 // go on without an operator (cli::ExitCodeFor, src/cli/options.h).

@@ -1,5 +1,5 @@
 // `walrelay record` and `walrelay replay`: capture a slot's raw stream into a recording
-// (src/relay/recording.h, docs/recording-format.md) and feed a recording back through the
+// (src/relay/commands/recording.h, docs/recording-format.md) and feed a recording back through the
 // relay's Pipeline, for benchmarks and for reproducing what a server sent.
 //
 // record: reads a logical slot (creating it when missing; --temporary for a slot dropped

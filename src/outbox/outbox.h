@@ -14,7 +14,7 @@
 //
 // Two paths, both read by `walrelay run`:
 //   Append()         INSERT into the outbox table (table and column names configurable;
-//                    defaults match src/relay/schema.h and relay::OutboxColumns); with
+//                    defaults match src/relay/core/schema.h and relay::OutboxColumns); with
 //                    OutboxTarget::delete_in_same_transaction, then DELETE of that row.
 //   AppendMessage()  no table: SELECT pg_logical_emit_message(true, prefix, envelope) with
 //                    the JSON envelope {"event_id", "aggregate_type", "aggregate_id",

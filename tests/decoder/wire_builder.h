@@ -212,7 +212,7 @@ inline std::string RollbackPrepared(uint64_t prepare_end_lsn, uint64_t rollback_
       .str();
 }
 
-// The documented outbox table's Relation (src/relay/schema.h, OutboxTableDdl): id,
+// The documented outbox table's Relation (src/relay/core/schema.h, OutboxTableDdl): id,
 // event_id, aggregate_type, aggregate_id, topic, event_type, payload, headers, created_at.
 inline std::string OutboxRelation(uint32_t oid) {
   return Relation({}, oid, "public", "outbox", 'd',

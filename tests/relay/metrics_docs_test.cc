@@ -1,6 +1,6 @@
 // The metric names that files outside the code use — the alert rules (docker/alerts.yml)
 // and the Grafana dashboard (docker/grafana/) — are metrics walrelay exports
-// (src/relay/metric_names.h): a renamed metric cannot silently disable an alert.
+// (src/relay/core/metric_names.h): a renamed metric cannot silently disable an alert.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,4 +1,4 @@
-// Poll mode (issue 15, src/relay/poller.h): the polling publisher against a real
+// Poll mode (issue 15, src/relay/polling/poller.h): the polling publisher against a real
 // PostgreSQL and librdkafka's mock cluster. What a user checks: every committed row
 // arrives, no rolled-back one does, order per aggregate holds (one poller, and three
 // sharded ones at once), aggregates with negative hashes are published, a poison row is

@@ -1,4 +1,4 @@
-// The snapshot bound's arithmetic (recovery.h): parsing, the refusals, the predicate.
+// The snapshot bound's arithmetic (recovery/backfill.h): parsing, the refusals, the predicate.
 #include <gtest/gtest.h>
 
 #include "src/relay/recovery/backfill.h"

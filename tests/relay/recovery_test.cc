@@ -1,6 +1,6 @@
-// Lost-slot recovery end to end (src/relay/recovery.h): the slot is invalidated or dropped,
-// the relay recreates it and republishes from the outbox tables what the recorded bound
-// does not cover. Same fixture as relay_test.cc (tests/relay/relay_fixture.h).
+// Lost-slot recovery end to end (src/relay/recovery/backfill.h): the slot is invalidated or
+// dropped, the relay recreates it and republishes from the outbox tables what the recorded
+// bound does not cover. Same fixture as relay_test.cc (tests/relay/relay_fixture.h).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <libpq-fe.h>
