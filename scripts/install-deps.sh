@@ -14,6 +14,7 @@ PACKAGES=(
   procps curl python3
   openssl                             # throwaway CA and certificates of the TLS test
   prometheus                          # promtool checks docker/alerts.yml in scripts/test.sh
+  openjdk-17-jre-headless maven       # Apache Kafka from Maven Central (scripts/kafka.sh)
 )
 
 missing=()
