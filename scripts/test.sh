@@ -2,13 +2,16 @@
 # The walrelay test suite: the command the README gives and CI runs (.ci/run is this).
 # Installs missing Debian packages first (scripts/install-deps.sh; needs root or sudo).
 #   scripts/test.sh          build (warnings as errors), all tests (unit + integration against a
-#                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster), the unit
+#                            throwaway PostgreSQL 15 and librdkafka's mock Kafka cluster, and the
+#                            tests only a real cluster can run against Apache Kafka from
+#                            scripts/kafka.sh, resolved from Maven Central once), the unit
 #                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
 #                            the chaos run (scripts/chaos.sh, 30,000 events) and its check that it
 #                            reports loss when the relay confirms before acks, a smoke run of
 #                            every benchmark program, and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
-# Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build).
+# Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build),
+# WALRELAY_TEST_KAFKA (default apache; `dev` skips the Apache Kafka tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +26,7 @@ step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 
 step "dependencies"
 bash scripts/install-deps.sh
+export WALRELAY_TEST_KAFKA=${WALRELAY_TEST_KAFKA:-apache}
 
 step "configure + build ($BUILD_ROOT/main)"
 # Optimised, but with assertions on (no NDEBUG): the integration suite runs the ack
@@ -37,7 +41,12 @@ if [ "$QUICK" = 1 ]; then
   exit 0
 fi
 
-step "all tests (unit + integration)"
+if [ "$WALRELAY_TEST_KAFKA" = apache ]; then
+  step "Apache Kafka jars (scripts/kafka.sh fetch: Maven Central, once per machine)"
+  bash scripts/kafka.sh fetch
+fi
+
+step "all tests (unit + integration; Apache Kafka tests: WALRELAY_TEST_KAFKA=$WALRELAY_TEST_KAFKA)"
 ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900 |
   tee "$BUILD_ROOT/ctest-main.log"
 MAIN_TOTAL=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' \

@@ -133,6 +133,11 @@ inline constexpr MetricName kTablePartitions{
     "walrelay_table_partitions",
     "Partitions of the table (0: not partitioned); outbox.cleanup partitions keeps the "
     "retention's worth plus a week (or 48 hours) ahead."};
+inline constexpr MetricName kKafkaWaiting{
+    "walrelay_kafka_waiting_seconds",
+    "Seconds the events in flight have waited without any delivery report from Kafka; 0 "
+    "while none waits or acknowledgements keep coming. From 5 s on, /readyz says the relay "
+    "waits for Kafka (brokers down, or fewer in-sync replicas than min.insync.replicas)."};
 inline constexpr MetricName kOldestUnconfirmedEvent{
     "walrelay_oldest_unconfirmed_event_seconds",
     "Age (from its commit) of the oldest transaction read whose events are not all confirmed; "

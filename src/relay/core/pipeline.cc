@@ -103,6 +103,7 @@ Pipeline::~Pipeline() {
   sink_.SetDeliveryHandler(nullptr);
   // What this session read and did not confirm is read again by the next one: no age now.
   stats_.oldest_unconfirmed_commit_us.store(0, std::memory_order_relaxed);
+  stats_.kafka_waiting_since_us.store(0, std::memory_order_relaxed);
 }
 
 void Pipeline::OnHeartbeat(std::string_view content) {
@@ -248,6 +249,41 @@ void Pipeline::RetireAcked() {
     pending_commits_.pop_front();
   }
   PublishOldestPending();
+}
+
+void Pipeline::NoteKafkaWait() {
+  const uint64_t reports = stats_.events_acked.load(std::memory_order_relaxed) +
+                           stats_.events_dead_lettered.load(std::memory_order_relaxed);
+  const auto now = Clock::now();
+  if (tracker_.InFlightEvents() == 0 || reports != reports_at_wait_) {
+    reports_at_wait_ = reports;
+    quiet_since_ = now;
+    if (wait_logged_) {
+      spdlog::info("Kafka acknowledges again; the events that waited are delivered and "
+                   "confirmed as usual");
+      wait_logged_ = false;
+    }
+    if (stats_.kafka_waiting_since_us.load(std::memory_order_relaxed) != 0) {
+      stats_.kafka_waiting_since_us.store(0, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (stats_.kafka_waiting_since_us.load(std::memory_order_relaxed) == 0) {
+    const auto quiet = std::chrono::duration_cast<std::chrono::microseconds>(now - quiet_since_);
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    stats_.kafka_waiting_since_us.store(now_us - quiet.count(), std::memory_order_relaxed);
+  }
+  if (!wait_logged_ && now - quiet_since_ >= kKafkaWaitIsNews) {
+    wait_logged_ = true;
+    spdlog::warn(
+        "waiting for Kafka: {} events sent have had no acknowledgement for {} s (brokers "
+        "down or unreachable, or fewer in-sync replicas than the topic's "
+        "min.insync.replicas). Nothing is lost: nothing past them is confirmed, the slot "
+        "keeps them, and they are delivered once Kafka acknowledges",
+        tracker_.InFlightEvents(), kKafkaWaitIsNews.count());
+  }
 }
 
 void Pipeline::PublishOldestPending() {
@@ -530,6 +566,7 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     sink_.Poll(milliseconds(0));
     if (!delivery_failure_.ok()) return delivery_failure_;
     RetireAcked();
+    NoteKafkaWait();
     WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
     stats_.in_flight_events.store(tracker_.InFlightEvents(), std::memory_order_relaxed);
     stats_.in_flight_bytes.store(in_flight_bytes_, std::memory_order_relaxed);

@@ -139,6 +139,12 @@ class NullSink : public RecordSink {
 // when armed; logs once either way.
 bool ConfirmBeforeAckFailpoint();
 
+// How long events may wait in flight without any delivery report before the relay says it
+// waits for Kafka (a warning in the log, /readyz not ready, walrelay_kafka_waiting_seconds):
+// brokers down or unreachable, or fewer in-sync replicas than min.insync.replicas. Records
+// never time out (invariant 9): the relay keeps waiting, and confirms nothing past them.
+inline constexpr std::chrono::seconds kKafkaWaitIsNews{5};
+
 class Pipeline {
  public:
   struct Options {
@@ -284,6 +290,12 @@ class Pipeline {
   void RetireAcked();
   // stats_.oldest_unconfirmed_commit_us from pending_commits_.front().
   void PublishOldestPending();
+  // stats_.kafka_waiting_since_us, and the log lines when a wait starts being news and
+  // when it ends.
+  void NoteKafkaWait();
+  uint64_t reports_at_wait_ = 0;  // acked + dead-lettered when the wait was last reset
+  std::chrono::steady_clock::time_point quiet_since_;
+  bool wait_logged_ = false;
   int64_t tx_commit_time_us_ = 0;
   struct PendingCommit {
     AckTracker::Tx tx;

@@ -45,6 +45,11 @@ struct RelayStats {
   // gauge: commit time (Unix µs, the server's clock) of the oldest transaction read whose
   // events are not all confirmed yet; 0 when none is waiting.
   std::atomic<int64_t> oldest_unconfirmed_commit_us{0};
+  // gauge: wall time (Unix µs) since which events sent to Kafka have had no delivery
+  // report (the last report, or the send that ended an idle spell); 0 while none is in
+  // flight or reports keep arriving. Past kKafkaWaitIsNews (pipeline.h), /readyz says the
+  // relay waits for Kafka.
+  std::atomic<int64_t> kafka_waiting_since_us{0};
   // Poll mode (polling/poller.h).
   std::atomic<int> polling{0};                       // gauge: 1 while a poll session runs
   std::atomic<uint64_t> poll_failed_produces{0};     // rows whose produce failed (retried)

@@ -5,8 +5,22 @@
 #include <chrono>
 
 #include "src/relay/core/metric_names.h"
+#include "src/relay/core/pipeline.h"
 
 namespace walrelay::relay {
+namespace {
+
+// Seconds since stats.kafka_waiting_since_us, 0 when no event waits.
+double KafkaWaitedSeconds(const RelayStats& stats) {
+  const int64_t since = stats.kafka_waiting_since_us.load(std::memory_order_relaxed);
+  if (since == 0) return 0;
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  return std::max<int64_t>(0, now_us - since) / 1e6;
+}
+
+}  // namespace
 
 Status Relay::StartObservability() {
   namespace mn = metric_names;
@@ -60,6 +74,9 @@ Status Relay::StartObservability() {
   r.AddGaugeCallback(mn::kFlushLagBytes.name, mn::kFlushLagBytes.help, {}, [this] {
     const uint64_t end = stats_.server_wal_end.load(), flush = stats_.flush_lsn.load();
     return end > flush ? static_cast<double>(end - flush) : 0.0;
+  });
+  r.AddGaugeCallback(mn::kKafkaWaiting.name, mn::kKafkaWaiting.help, {}, [this] {
+    return KafkaWaitedSeconds(stats_);
   });
   r.AddGaugeCallback(mn::kOldestUnconfirmedEvent.name, mn::kOldestUnconfirmedEvent.help, {}, [this] {
     const int64_t commit_us = stats_.oldest_unconfirmed_commit_us.load();
@@ -155,6 +172,16 @@ Status Relay::StartObservability() {
             " rows from the outbox tables (progress every 10 s in the log); streams once done");
       }
       if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
+      if (const double waited = KafkaWaitedSeconds(stats_);
+          waited >= static_cast<double>(kKafkaWaitIsNews.count())) {
+        return UnavailableError(
+            "waiting for Kafka: " + std::to_string(stats_.in_flight_events.load()) +
+            " events sent have had no acknowledgement for " +
+            std::to_string(static_cast<int64_t>(waited)) +
+            " s (brokers down or unreachable, or fewer in-sync replicas than the topic's "
+            "min.insync.replicas); nothing is lost, nothing past them is confirmed, and they "
+            "are delivered once Kafka acknowledges");
+      }
       const SlotState state = obs_->guard->state();
       if (SlotStateSeverity(state) >= 2) {
         return UnavailableError("slot " + config_.slot + " is " +
