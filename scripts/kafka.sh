@@ -17,8 +17,8 @@
 # auto.create.topics.enable=false. Two listeners per broker:
 #   PLAINTEXT  bootstrap=...       no authentication (principal ANONYMOUS, a super user):
 #                                  what the tests use unless they test security
-#   SASL_SSL   bootstrap_sasl=...  SCRAM-SHA-512 over TLS, the broker's certificate signed
-#                                  by a throwaway CA (DIR/tls/ca.pem, made by openssl);
+#   SASL_SSL   bootstrap_sasl=...  SCRAM-SHA-512 or PLAIN over TLS, the broker's certificate
+#                                  signed by a throwaway CA (DIR/tls/ca.pem, made by openssl);
 #                                  ACLs enforced (StandardAuthorizer): user `admin` is a super
 #                                  user, user `walrelay` gets the relay's documented least
 #                                  privileges (docs/operations.md); passwords in DIR/users.env
@@ -270,8 +270,9 @@ listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl
 advertised.listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]}
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
-sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="$ADMIN_PASSWORD" user_walrelay="$WALRELAY_PASSWORD";
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$DIR/tls/broker.p12
 ssl.keystore.password=$KEYSTORE_PASSWORD
@@ -290,6 +291,7 @@ auto.create.topics.enable=false
 log.segment.bytes=16777216
 $common
 EOF
+    chmod 600 "$DIR/broker-$i/server.properties"  # passwords
   done
 }
 

@@ -409,13 +409,33 @@ void Producer::HandleDelivery(const rd_kafka_message_t* message) {
   on_delivery_(cookie, status, DeliveredRecord(message));
 }
 
+namespace {
+
+// What an authentication failure of SCRAM may mean beyond a wrong password.
+std::string ScramOnKafka4Hint(std::string_view reason) {
+  // librdkafka before 2.6.1 repeats the client nonce in SCRAM's client-final message
+  // (confluentinc/librdkafka#4895); Apache Kafka 4 checks the nonce as RFC 5802 says and
+  // refuses the proof, with the same words a wrong password gets.
+  if (reason.find("SCRAM") == std::string_view::npos || rd_kafka_version() >= 0x020601ff) {
+    return "";
+  }
+  return fmt::format(
+      ". If the brokers run Apache Kafka 4.0 or newer and the password is right: librdkafka "
+      "{} (the one walrelay links) computes a SCRAM proof that Kafka 4 refuses (librdkafka "
+      "bug #4895, fixed in 2.6.1); use SASL/PLAIN over TLS or mutual TLS with these brokers "
+      "(docs/operations.md, section 12)",
+      rd_kafka_version_str());
+}
+
+}  // namespace
+
 void Producer::HandleError(int err, const char* reason) {
   if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR__SSL ||
       err == RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED) {
     const bool tls = err == RD_KAFKA_RESP_ERR__SSL;
     Status st(tls ? StatusCode::kFailedPrecondition : StatusCode::kPermissionDenied,
-              fmt::format("kafka: {} failed: {}", tls ? "TLS" : "authentication",
-                          MaskSecrets(reason)));
+              fmt::format("kafka: {} failed: {}{}", tls ? "TLS" : "authentication",
+                          MaskSecrets(reason), tls ? "" : ScramOnKafka4Hint(reason)));
     // librdkafka suppresses identical repeats and backs off reconnecting (up to
     // reconnect.backoff.max.ms), so this is said a few times a minute at most.
     // The caller (on_client_error) says what waiting costs it; the relay's /readyz does.
