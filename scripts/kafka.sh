@@ -7,7 +7,7 @@
 #   kafka.sh status --dir DIR                               each node: running, paused or stopped
 #   kafka.sh kill-broker   --dir DIR N     kill -9 broker N          start-broker --dir DIR N
 #   kafka.sh pause-broker  --dir DIR N     SIGSTOP (alive, silent)   resume-broker --dir DIR N
-#   kafka.sh topic  --dir DIR NAME PARTITIONS [CONFIG=VALUE ...]  create a topic (RF = brokers)
+#   kafka.sh topic  --dir DIR NAME PARTITIONS [CONFIG=VALUE ...]  create a topic (RF min(3,N))
 #   kafka.sh env    --dir DIR                               the cluster's settings as shell lines
 #   kafka.sh fetch                                          only resolve the jars (for CI caches)
 #
@@ -44,7 +44,7 @@ START_TIMEOUT="${WALRELAY_KAFKA_START_TIMEOUT:-90}"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '4,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------- jars
 
