@@ -9,6 +9,9 @@
 #   kafka.sh pause-broker  --dir DIR N     SIGSTOP (alive, silent)   resume-broker --dir DIR N
 #   kafka.sh topic  --dir DIR NAME PARTITIONS [CONFIG=VALUE ...]  create a topic (RF min(3,N))
 #   kafka.sh env    --dir DIR                               the cluster's settings as shell lines
+#   kafka.sh consume --dir DIR TOPIC N   Java console consumer: N records from the beginning,
+#                                        one per line: CreateTime:ms Partition:p headers key value
+#   kafka.sh produce --dir DIR TOPIC     Java console producer: stdin lines KEY:VALUE
 #   kafka.sh fetch                                          only resolve the jars (for CI caches)
 #
 # The cluster: one KRaft controller (node 0) and N brokers (nodes 1..N, default 3), each its
@@ -44,7 +47,7 @@ START_TIMEOUT="${WALRELAY_KAFKA_START_TIMEOUT:-90}"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------- jars
 
@@ -465,6 +468,24 @@ cmd_topic() {
     "${args[@]}" >/dev/null
 }
 
+# The Java clients of the same Kafka version, for tests that want a reader or writer
+# independent of librdkafka.
+cmd_consume() {
+  load
+  local topic=${1:?consume TOPIC N} n=${2:?consume TOPIC N}
+  ktool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$(plain_bootstrap)" \
+    --topic "$topic" --from-beginning --max-messages "$n" --timeout-ms 30000 \
+    --property print.timestamp=true --property print.partition=true \
+    --property print.headers=true --property print.key=true \
+    --property headers.separator='|' --property null.literal='<null>' 2>/dev/null
+}
+cmd_produce() {
+  load
+  local topic=${1:?produce TOPIC}
+  ktool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$(plain_bootstrap)" \
+    --topic "$topic" --property parse.key=true --property key.separator=: >/dev/null
+}
+
 # --------------------------------------------------------------------------- main
 
 [[ $# -ge 1 ]] || usage
@@ -488,6 +509,8 @@ case "$cmd" in
   status) cmd_status ;;
   env) cmd_env ;;
   topic) resolve; cmd_topic "$@" ;;
+  consume) resolve; cmd_consume "$@" ;;
+  produce) resolve; cmd_produce "$@" ;;
   kill-broker)
     broker_arg "${1:-}"
     if alive "$1"; then

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -332,6 +333,89 @@ TEST_F(ApacheKafkaTest, ScramFromThisLibrdkafkaIsRefusedByKafka4AndTheReasonSays
   EXPECT_EQ(readyz.rfind("503", 0), 0u) << readyz;
   EXPECT_NE(readyz.find("librdkafka bug #4895"), std::string::npos) << readyz;
   EXPECT_NE(readyz.find("SASL/PLAIN over TLS or mutual TLS"), std::string::npos) << readyz;
+}
+
+// 8. Records read back by an independent client, the Java consumer of the broker's own
+// Kafka version: partition (the Java producer's choice for the same key, asked of the Java
+// producer itself), key, value, headers in order, CreateTime, exactly as
+// docs/inbox-contract.md states.
+TEST_F(ApacheKafkaTest, JavaConsumerReadsTheRecordsTheContractStates) {
+  constexpr int kRows = 8;
+  std::string values;
+  for (int i = 1; i <= kRows; ++i) {
+    if (!values.empty()) values += ", ";
+    values += "('00000000-0000-4000-8000-00000000000" + std::to_string(i) + "', " +
+              (i == 2 ? "NULL" : "'payment'") + ", 'agg-" + std::to_string(i) + "', '" +
+              (i == 2 ? "Refunded" : "Captured") + "', '{\"currency\": \"EUR\", \"amount\": " +
+              std::to_string(i * 10) + "}', " +
+              (i == 1 ? "'{\"trace\": \"t-1\", \"n\": 5, \"z\": null}'" : "NULL") + ")";
+  }
+  const auto wall_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  StartRelay();
+  const int64_t before_ms = wall_ms();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, "
+                        "payload, headers) VALUES " +
+                        values)
+                  .ok());
+  auto xid = pg_->QueryScalar("SELECT DISTINCT xmin::text FROM outbox");
+  ASSERT_TRUE(xid.ok()) << xid.status().ToString();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  const int64_t after_ms = wall_ms();
+
+  // Where the Java producer puts the same keys: a topic with as many partitions.
+  const std::string probe = cluster_->UniqueTopic("apache.probe");
+  ASSERT_TRUE(cluster_->CreateTopic(probe, kTopicPartitions).ok());
+  std::vector<std::string> probes;
+  for (int i = 1; i <= kRows; ++i) probes.push_back("agg-" + std::to_string(i) + ":probe");
+  ASSERT_TRUE(cluster_->JavaProduce(probe, probes).ok());
+  auto probed = cluster_->JavaConsume(probe, kRows);
+  ASSERT_TRUE(probed.ok()) << probed.status().ToString();
+  ASSERT_EQ(probed->size(), static_cast<size_t>(kRows));
+  std::map<std::string, std::string> java_partition;  // key -> "Partition:p"
+  for (const std::string& line : *probed) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string part; std::getline(ss, part, '\t');) f.push_back(part);
+    ASSERT_EQ(f.size(), 5u) << line;
+    java_partition[f[3]] = f[1];
+  }
+
+  auto lines = cluster_->JavaConsume(topic_, kRows);
+  ASSERT_TRUE(lines.ok()) << lines.status().ToString();
+  ASSERT_EQ(lines->size(), static_cast<size_t>(kRows));
+  std::set<std::string> keys;
+  for (const std::string& line : *lines) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string part; std::getline(ss, part, '\t');) f.push_back(part);
+    ASSERT_EQ(f.size(), 5u) << line;
+    const std::string& key = f[3];
+    ASSERT_EQ(key.rfind("agg-", 0), 0u) << line;
+    const int i = std::stoi(key.substr(4));
+    keys.insert(key);
+    const int64_t ts = std::stoll(f[0].substr(std::string("CreateTime:").size()));
+    EXPECT_GE(ts, before_ms) << line;
+    EXPECT_LE(ts, after_ms) << line;
+    EXPECT_EQ(f[1], java_partition[key]) << "key " << key << ": not where Java puts it";
+    EXPECT_EQ(f[4], "{\"amount\": " + std::to_string(i * 10) + ", \"currency\": \"EUR\"}");
+    std::string expected_headers =
+        "event_id:00000000-0000-4000-8000-00000000000" + std::to_string(i) + "|event_type:" +
+        (i == 2 ? "Refunded" : "Captured") + (i == 2 ? "" : "|aggregate_type:payment") +
+        (i == 1 ? "|n:5|z:<null>|trace:t-1" : "") + "|walrelay.position:lsn=";
+    ASSERT_EQ(f[2].substr(0, expected_headers.size()), expected_headers) << line;
+    const std::string position = f[2].substr(expected_headers.size() - 4);
+    const std::string tail = ";ordinal=" + std::to_string(i - 1) + ";xid=" + *xid +
+                             ";commit_time_us=";
+    EXPECT_NE(position.find(tail), std::string::npos) << position;
+    EXPECT_EQ(position.substr(position.size() - std::string(";source=public.outbox").size()),
+              ";source=public.outbox")
+        << position;
+  }
+  EXPECT_EQ(keys.size(), static_cast<size_t>(kRows));
 }
 
 }  // namespace

@@ -123,6 +123,35 @@ Status ApacheKafka::CreateTopic(const std::string& name, int partitions,
   return WaitFullIsr(name, partitions, std::chrono::seconds(60));
 }
 
+Result<std::vector<std::string>> ApacheKafka::JavaConsume(const std::string& topic, int count) {
+  std::string out;
+  WALRELAY_RETURN_IF_ERROR(Script({"consume", "--dir", dir_, topic, std::to_string(count)}, &out));
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("CreateTime:", 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+Status ApacheKafka::JavaProduce(const std::string& topic,
+                                const std::vector<std::string>& key_values) {
+  char tmpl[] = "/tmp/walrelay-kafka-produce-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  if (fd < 0) return InternalError("mkstemp");
+  ::close(fd);
+  {
+    std::ofstream f(tmpl);
+    for (const auto& kv : key_values) f << kv << "\n";
+  }
+  const std::string cmd = "bash " + Quote(ScriptPath()) + " produce --dir " + Quote(dir_) + " " +
+                          Quote(topic) + " < " + Quote(tmpl) + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  ::unlink(tmpl);
+  if (status != 0) return UnavailableError("kafka.sh produce failed: " + std::to_string(status));
+  return Status::Ok();
+}
+
 Status ApacheKafka::KillBroker(int id) {
   return Script({"kill-broker", "--dir", dir_, std::to_string(id)});
 }

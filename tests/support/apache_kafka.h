@@ -47,6 +47,13 @@ class ApacheKafka {
   Status CreateTopic(const std::string& name, int partitions,
                      const std::vector<std::string>& configs = {});
 
+  // The Java clients of the cluster's Kafka version (kafka.sh consume / produce): reads
+  // `count` records of `topic` from the beginning, one line each, "CreateTime:<ms>\t
+  // Partition:<p>\t<name:value|...>\t<key>\t<value>" (a null header value is <null>,
+  // no headers NO_HEADERS); writes "key:value" lines.
+  Result<std::vector<std::string>> JavaConsume(const std::string& topic, int count);
+  Status JavaProduce(const std::string& topic, const std::vector<std::string>& key_values);
+
   // Broker ids are 1..brokers().
   Status KillBroker(int id);   // kill -9
   Status StartBroker(int id);  // returns once it runs again (not yet in every ISR)
