@@ -12,6 +12,7 @@
 #   kafka.sh consume --dir DIR TOPIC N   Java console consumer: N records from the beginning,
 #                                        one per line: CreateTime:ms Partition:p headers key value
 #   kafka.sh produce --dir DIR TOPIC     Java console producer: stdin lines KEY:VALUE
+#   kafka.sh acl --dir DIR ARG...        kafka-acls (AclCommand) with these arguments
 #   kafka.sh fetch                                          only resolve the jars (for CI caches)
 #
 # The cluster: one KRaft controller (node 0) and N brokers (nodes 1..N, default 3), each its
@@ -47,7 +48,7 @@ START_TIMEOUT="${WALRELAY_KAFKA_START_TIMEOUT:-90}"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '5,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------- jars
 
@@ -241,8 +242,14 @@ rootLogger.appenderRef.file.ref = FILE
 logger.kafka.name = kafka.request.logger
 logger.kafka.level = WARN
 EOF
+  # Topic defaults go to the controller too: in KRaft it creates topics, and gives them its
+  # own min.insync.replicas (1 unless set) whatever the brokers say.
   local common="controller.quorum.voters=$voters
 controller.listener.names=CONTROLLER
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+auto.create.topics.enable=false
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin
 num.network.threads=2
@@ -281,16 +288,12 @@ ssl.keystore.location=$DIR/tls/broker.p12
 ssl.keystore.password=$KEYSTORE_PASSWORD
 ssl.key.password=$KEYSTORE_PASSWORD
 log.dirs=$DIR/broker-$i/data
-num.partitions=1
-default.replication.factor=$rf
-min.insync.replicas=$isr
 offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=10
 transaction.state.log.replication.factor=$rf
 transaction.state.log.min.isr=$isr
 share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
-auto.create.topics.enable=false
 log.segment.bytes=16777216
 $common
 EOF
@@ -511,6 +514,7 @@ case "$cmd" in
   topic) resolve; cmd_topic "$@" ;;
   consume) resolve; cmd_consume "$@" ;;
   produce) resolve; cmd_produce "$@" ;;
+  acl) resolve; load; ktool org.apache.kafka.tools.AclCommand --bootstrap-server "$(plain_bootstrap)" "$@" ;;
   kill-broker)
     broker_arg "${1:-}"
     if alive "$1"; then
