@@ -402,11 +402,15 @@ void Producer::HandleDelivery(const rd_kafka_message_t* message) {
   }
   // Stop before handing the report on: nothing queued behind the failed record may land
   // after it. A record refused for itself is the caller's to dead-letter; it stops nothing.
+  // Nor does a record its topic refused (the topic is missing, or Write is denied): every
+  // record of that topic is refused alike, and the caller decides (StopAfter) whether to
+  // retry it, which needs the stop, or to dead-letter it, which does not.
+  const DeliveredRecord delivered(message);
   if (stop_on_failure_ && stopped_.ok() && status.code() != StatusCode::kInvalidArgument &&
-      status.code() != StatusCode::kCancelled) {
+      status.code() != StatusCode::kCancelled && !delivered.topic_error()) {
     Stop(status, /*serve_purged=*/false);
   }
-  on_delivery_(cookie, status, DeliveredRecord(message));
+  on_delivery_(cookie, status, delivered);
 }
 
 namespace {
@@ -428,6 +432,10 @@ std::string ScramOnKafka4Hint(std::string_view reason) {
 }
 
 }  // namespace
+
+void Producer::StopAfter(const Status& why) {
+  if (stopped_.ok()) Stop(why, /*serve_purged=*/false);
+}
 
 void Producer::HandleError(int err, const char* reason) {
   if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR__SSL ||

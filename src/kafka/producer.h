@@ -13,7 +13,9 @@
 //   - the first failed delivery report stops the producer (ProducerOptions::
 //     stop_on_failure): everything still queued or in flight is purged at once, before the
 //     report is handed on, and every later Produce() fails (see stopped()). A record refused
-//     for its own size (kInvalidArgument, see below) does not stop it. The relay then
+//     for its own size (kInvalidArgument, see below) does not stop it, nor does one its
+//     topic refused (DeliveredRecord::topic_error: the caller stops it, StopAfter, when it
+//     retries the record rather than dead-letter it). The relay then
 //     restarts from the slot's confirmed_flush_lsn (crash-only recovery);
 //   - on a fatal error (rd_kafka_fatal_error: the idempotence guarantee is broken) the
 //     producer purges its queues and stops the same way: the purged records report the
@@ -177,6 +179,12 @@ class Producer {
 
   // OK until a fatal error was detected; then the fatal error (kInternal), sticky.
   const Status& fatal() const { return fatal_; }
+
+  // Stops as a failed report does with stop_on_failure (purges what is queued and in
+  // flight, refuses new records): for a report the producer does not stop on by itself (a
+  // topic's refusal, DeliveredRecord::topic_error) when the caller will retry the record.
+  // May be called inside the delivery callback; purged records report at the next poll.
+  void StopAfter(const Status& why);
 
   // OK until the producer stopped (fatal error, or the first failed delivery report with
   // stop_on_failure); then why, sticky. Produce() then fails with the fatal error

@@ -515,6 +515,10 @@ TEST_F(ProducerTest, ProduceAfterAStopAsksForARestart) {
   ASSERT_TRUE(producer->Produce("one", "k", "v", {}, 1).ok());
   ASSERT_TRUE(PollUntil(*producer, 1, 20s));
   EXPECT_EQ(reports_.by_cookie[1][0].code(), StatusCode::kPermissionDenied);
+  // A topic's refusal does not stop the producer by itself: the caller retries the record
+  // (and stops it, as here) or dead-letters it (and goes on).
+  EXPECT_TRUE(producer->stopped().ok()) << producer->stopped().ToString();
+  producer->StopAfter(reports_.by_cookie[1][0]);
   Status st = producer->Produce("one", "k", "v", {}, 2);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos) << st.message();

@@ -184,7 +184,9 @@ TEST_F(ApacheKafkaTest, TwoBrokersDownConfirmNothingThenEverythingArrives) {
   auto after_insert = pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()");
   ASSERT_TRUE(after_insert.ok());
   std::string readyz;
-  for (int i = 0; i < 80; ++i) {  // 8 s
+  // 12 s: past broker.session.timeout.ms (9 s), when the controller fences the dead
+  // brokers and the ISR shrinks to one replica, below min.insync.replicas: still no ack.
+  for (int i = 0; i < 120; ++i) {
     std::this_thread::sleep_for(100ms);
     ASSERT_LT(ConfirmedFlush(), *Lsn::Parse(*after_insert)) << "confirmed unacked events";
     readyz = Readyz();
@@ -333,6 +335,49 @@ TEST_F(ApacheKafkaTest, ScramFromThisLibrdkafkaIsRefusedByKafka4AndTheReasonSays
   EXPECT_EQ(readyz.rfind("503", 0), 0u) << readyz;
   EXPECT_NE(readyz.find("librdkafka bug #4895"), std::string::npos) << readyz;
   EXPECT_NE(readyz.find("SASL/PLAIN over TLS or mutual TLS"), std::string::npos) << readyz;
+}
+
+// 4. ACLs: a topic the walrelay user may not write (TOPICAUTHORIZATION_FAILED from the
+// broker). Its event is retried for kafka_topic_error_timeout, /readyz naming the topic,
+// then dead-lettered with the reason; the events of the other topic all arrive.
+TEST_F(ApacheKafkaTest, TopicTheUserMayNotWriteIsRetriedThenDeadLetteredWhileOthersFlow) {
+  const std::string denied = cluster_->UniqueTopic("apache.denied");
+  ASSERT_TRUE(cluster_->CreateTopic(denied, 1).ok());
+  ASSERT_TRUE(cluster_
+                  ->Acl({"--add", "--deny-principal", "User:walrelay", "--operation", "Write",
+                         "--topic", denied})
+                  .ok());
+  config_.metrics_address = "127.0.0.1:0";
+  config_.kafka_topic_error_timeout = 3s;
+  config_.bootstrap_servers = cluster_->sasl_bootstraps();
+  config_.kafka_properties = {{"security.protocol", "SASL_SSL"},
+                              {"sasl.mechanisms", "PLAIN"},
+                              {"sasl.username", "walrelay"},
+                              {"sasl.password", cluster_->walrelay_password()},
+                              {"ssl.ca.location", cluster_->ca_path()}};
+  StartRelay();
+  WriteEvents(1, 1, 10);
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'agg-0', '" +
+                        denied + "', 'Denied', '{\"seq\": 0}')")
+                  .ok());
+  WriteEvents(11, 1, 10);
+  std::string readyz;
+  for (int i = 0; i < 100 && readyz.find(denied) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(50ms);
+    readyz = Readyz();
+  }
+  EXPECT_EQ(readyz.rfind("503", 0), 0u) << readyz;
+  EXPECT_NE(readyz.find(denied), std::string::npos) << readyz;
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  ExpectEveryEventInOrder(ReadAll(20), 20, /*exactly_once=*/false);
+  auto dead = pg_->Query("SELECT topic, event_type, reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(dead.ok()) << dead.status().ToString();
+  ASSERT_EQ(dead->size(), 1u);
+  EXPECT_EQ(*(*dead)[0][0], denied);
+  EXPECT_EQ(*(*dead)[0][1], "Denied");
+  EXPECT_NE((*dead)[0][2]->find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos)
+      << *(*dead)[0][2];
 }
 
 // 8. Records read back by an independent client, the Java consumer of the broker's own

@@ -126,6 +126,9 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
   if (status.ok()) {
     tracker_.Ack(cookie);
     stats_.events_acked.fetch_add(1, std::memory_order_relaxed);
+    if (options_.topic_errors != nullptr && options_.topic_errors->any() && delivered != nullptr) {
+      options_.topic_errors->Clear(delivered->topic());  // acknowledged: the topic works
+    }
     if (options_.produce_latency != nullptr && delivered != nullptr) {
       const int64_t us = delivered->latency_us();
       if (us >= 0) options_.produce_latency->Observe(us / 1e6);
@@ -134,33 +137,25 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
   }
   if (status.code() == StatusCode::kInvalidArgument && delivery_failure_.ok() &&
       delivered != nullptr) {
-    const kafka::DeliveredRecord& record = *delivered;
-    // The broker refused the record for good (e.g. larger than its limit): dead-letter it
-    // from the record's own headers, then it counts as handled.
-    const std::string reason = "Kafka refused the record: " + status.message();
-    DeadLetter l;
-    const auto position = ParsePosition(record.Header(config_.header_names.position));
-    if (position) {
-      l.source = position->source;
-      l.commit_lsn = position->lsn;
-      l.ordinal = position->ordinal;
-      l.xid = position->xid;
-    }
-    SetRecordFields(record, config_.header_names, &l);
-    l.reason = reason;
-    Status st = WriteDeadLetter(l);
-    if (st.ok()) {
-      tracker_.Ack(cookie);
-      return;
-    }
-    delivery_failure_ = st;
+    // The broker refused the record for good (e.g. larger than its limit).
+    DeadLetterRecord(cookie, *delivered, "Kafka refused the record: " + status.message());
     return;
   }
   if (delivered != nullptr && delivered->topic_error() && options_.topic_errors != nullptr) {
-    // The topic's own fault (deleted, or authorization revoked, after the check): starts
-    // its clock and restarts (never a final error); the next session checks the topic
-    // before producing and dead-letters its events once the bound has passed.
-    options_.topic_errors->Fail(delivered->topic(), status.message());
+    // The topic's own fault (deleted, or Write refused by an ACL, which metadata does not
+    // show): starts its clock and restarts (never a final error); once the bound has
+    // passed, the record is dead-lettered like the topic's other events.
+    if (options_.topic_errors->Fail(delivered->topic(), status.message()) &&
+        delivery_failure_.ok()) {
+      DeadLetterRecord(cookie, *delivered,
+                       "Kafka refused the record's topic: " + status.message() +
+                           " (failing for longer than --kafka-topic-error-timeout-ms=" +
+                           std::to_string(options_.topic_errors->timeout().count()) + ")");
+      return;
+    }
+    // Retried: nothing queued behind it may land first (the producer did not stop on a
+    // topic's refusal by itself).
+    sink_.StopProducing(status);
     if (delivery_failure_.ok()) {
       delivery_failure_ = UnavailableError("delivery failed: " + status.message() +
                                            " (the topic is retried, then its events are "
@@ -171,6 +166,26 @@ void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
   if (delivery_failure_.ok()) {
     delivery_failure_ = status.WithContext("delivery failed");
   }
+}
+
+void Pipeline::DeadLetterRecord(uint64_t cookie, const kafka::DeliveredRecord& record,
+                                const std::string& reason) {
+  DeadLetter l;
+  const auto position = ParsePosition(record.Header(config_.header_names.position));
+  if (position) {
+    l.source = position->source;
+    l.commit_lsn = position->lsn;
+    l.ordinal = position->ordinal;
+    l.xid = position->xid;
+  }
+  SetRecordFields(record, config_.header_names, &l);
+  l.reason = reason;
+  Status st = WriteDeadLetter(l);
+  if (st.ok()) {
+    tracker_.Ack(cookie);  // handled
+    return;
+  }
+  delivery_failure_ = st;
 }
 
 Status Pipeline::CheckTopic(std::string_view topic, std::string* dead_letter_reason) {
@@ -187,9 +202,9 @@ Status Pipeline::CheckTopic(std::string_view topic, std::string* dead_letter_rea
       check.status = std::move(st);
       check.recheck = now + std::chrono::seconds(10);
     } else {
-      // Usable, or the cluster cannot tell now: produce and let the reports decide.
+      // Usable, or the cluster cannot tell now: produce and let the reports decide (an
+      // acknowledged record clears a failure the reports saw; this check cannot).
       check.recheck = Clock::time_point::max();
-      options_.topic_errors->Clear(topic);
     }
     it = topic_checks_.insert_or_assign(std::string(topic), std::move(check)).first;
   }

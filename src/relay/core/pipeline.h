@@ -65,6 +65,9 @@ class RecordSink {
   // Whether `topic` can take records: kNotFound / kPermissionDenied are the topic's own
   // fault (see TopicErrors); anything else means "produce and see".
   virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
+  // Purges what is queued and in flight and refuses new records, as a failed report
+  // does (kafka::Producer::StopAfter); callable from the delivery handler.
+  virtual void StopProducing(const Status& /*why*/) {}
   // A descriptor that is readable when Poll() has reports to serve, or -1. The pipeline
   // hands it to the frame source, which waits on it beside the database socket and drains
   // it when it wakes (FrameSource::SetWakeFd), so that a wait for the database ends when an
@@ -105,6 +108,7 @@ class KafkaSink : public RecordSink {
     return producer_->CheckTopic(topic, std::chrono::seconds(5));
   }
   int WakeFd() const override { return producer_->wake_fd(); }
+  void StopProducing(const Status& why) override { producer_->StopAfter(why); }
   kafka::Producer& producer() { return *producer_; }
 
  private:
@@ -290,6 +294,10 @@ class Pipeline {
   void RetireAcked();
   // stats_.oldest_unconfirmed_commit_us from pending_commits_.front().
   void PublishOldestPending();
+  // A record Kafka refused for good, dead-lettered from its own headers; then it counts as
+  // handled (a failed write ends the session).
+  void DeadLetterRecord(uint64_t cookie, const kafka::DeliveredRecord& record,
+                        const std::string& reason);
   // stats_.kafka_waiting_since_us, and the log lines when a wait starts being news and
   // when it ends.
   void NoteKafkaWait();

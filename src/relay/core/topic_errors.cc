@@ -9,6 +9,7 @@ bool TopicErrors::Fail(std::string_view topic, std::string_view reason, Clock::t
   auto it = topics_.find(topic);
   if (it == topics_.end()) {
     it = topics_.emplace(std::string(topic), Entry{now, std::string(reason)}).first;
+    count_.store(topics_.size(), std::memory_order_relaxed);
     spdlog::error(
         "kafka topic {} fails: {}; retrying (session restarts) for up to {} ms "
         "(--kafka-topic-error-timeout-ms), then its events are dead-lettered: create the "
@@ -26,6 +27,7 @@ void TopicErrors::Clear(std::string_view topic) {
   if (it == topics_.end()) return;
   spdlog::info("kafka topic {} works again", topic);
   topics_.erase(it);
+  count_.store(topics_.size(), std::memory_order_relaxed);
 }
 
 Status TopicErrors::Readiness(Clock::time_point now) const {

@@ -4,12 +4,16 @@
 //
 // A topic's first failure starts its clock. Until `timeout` has passed the relay retries
 // (the session restarts; /readyz names the topic and the reason); afterwards its events are
-// dead-lettered with the reason until a check finds the topic usable again (Clear).
+// dead-lettered with the reason until a record of the topic is acknowledged (Clear). Only
+// an acknowledgement clears a failure: metadata shows that a topic exists and may be
+// described, not that the relay may write to it (a Write ACL), so a check that finds the
+// topic would restart the clock of a topic that refuses every record, for ever.
 //
 // Thread safety: all methods may be called from any thread (the pipeline writes, /readyz
 // and /metrics read).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -29,8 +33,10 @@ class TopicErrors {
   // Records that `topic` failed with `reason`. True when it has been failing for at least
   // the timeout: dead-letter its events.
   bool Fail(std::string_view topic, std::string_view reason, Clock::time_point now = Clock::now());
-  // `topic` works (again).
+  // `topic` works (again): a record of it was acknowledged.
   void Clear(std::string_view topic);
+  // Whether any topic is failing; lock-free, for the path of every acknowledgement.
+  bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
   // OK while no topic is within its retry period; else kUnavailable naming each such
   // topic, its reason and when its events start to be dead-lettered.
   Status Readiness(Clock::time_point now = Clock::now()) const;
@@ -46,6 +52,7 @@ class TopicErrors {
   const std::chrono::milliseconds timeout_;
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> topics_;
+  std::atomic<size_t> count_{0};  // topics_.size()
 };
 
 }  // namespace walrelay::relay
