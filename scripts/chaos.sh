@@ -4,7 +4,9 @@
 #   bash scripts/chaos.sh                     1,000,000 events, a random seed
 #   CHAOS_EVENTS=30000 CHAOS_SEED=7 bash scripts/chaos.sh      (what CI runs)
 #
-# Runs a throwaway PostgreSQL 15, the dev broker process (walrelay-devbroker, 3 brokers),
+# Runs a throwaway PostgreSQL 15, Kafka (CHAOS_KAFKA=dev, the default: the dev broker
+# process, walrelay-devbroker, 3 brokers; CHAOS_KAFKA=apache: the Apache Kafka cluster of
+# scripts/kafka.sh, 3 brokers, replication factor 3, min.insync.replicas=2),
 # two relays on one slot (one streams, one stands by), two ledger consumers (the inbox
 # library, one consumer group) and two billing writers committing transactions of 1 to
 # 1000 payments (each payment and its event in one transaction; a fifth of the events are
@@ -18,7 +20,12 @@
 #   - one lost slot (CHAOS_LOST_SLOT, 1): both relays stopped, max_slot_wal_keep_size made
 #     tiny and WAL written until the slot is invalidated; the next relay recovers it from
 #     the outbox table (table-less events are paused around it: they live only in WAL);
-#   - kill -9 of a ledger instance (CHAOS_LEDGER_KILLS, default 4).
+#   - kill -9 of a ledger instance (CHAOS_LEDGER_KILLS, default 4);
+#   - on Apache Kafka only: kill -9 of one broker, restarted after a few seconds
+#     (CHAOS_BROKER_KILLS, default 2), one broker paused with SIGSTOP past the request
+#     timeout (CHAOS_BROKER_PAUSES, default 1), and a rolling restart of all three
+#     (CHAOS_ROLLING_RESTARTS, default 1). An outage of every broker is a kill -9 of all
+#     three, restarted together.
 # Then everything drains and the verdict is computed from Kafka (read with kcat) and from
 # the ledger's tables, against the billing tables (the committed truth):
 #   lost            committed payments whose event is not in Kafka / not applied
@@ -33,7 +40,7 @@
 # builds only: they confirm positions before Kafka acknowledged them), the schedule kills
 # the streaming relay during broker outages, and the exit is 0 only when loss is reported.
 #
-# Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), the counts above,
+# Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, the counts above,
 # CHAOS_WORK (default /tmp/walrelay-chaos), BUILD_ROOT (default build; uses
 # $BUILD_ROOT/main, built when missing), KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -41,6 +48,14 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 EVENTS=${CHAOS_EVENTS:-1000000}
+KAFKA=${CHAOS_KAFKA:-dev}
+[[ $KAFKA == dev || $KAFKA == apache ]] || { echo "chaos.sh: CHAOS_KAFKA is dev or apache" >&2; exit 2; }
+BROKER_KILLS=0 BROKER_PAUSES=0 ROLLING_RESTARTS=0
+if [[ $KAFKA == apache ]]; then
+  BROKER_KILLS=${CHAOS_BROKER_KILLS:-2}
+  BROKER_PAUSES=${CHAOS_BROKER_PAUSES:-1}
+  ROLLING_RESTARTS=${CHAOS_ROLLING_RESTARTS:-1}
+fi
 SEED=${CHAOS_SEED:-$(date +%s)}
 EXPECT_LOSS=${CHAOS_EXPECT_LOSS:-0}
 RELAY_KILLS=${CHAOS_RELAY_KILLS:-20}
@@ -90,6 +105,7 @@ cleanup() {
     kill -9 "$p" 2>/dev/null
   done
   wait 2>/dev/null
+  [[ $KAFKA == apache ]] && bash "$ROOT/scripts/kafka.sh" stop --dir "$WORK/kafka" >/dev/null 2>&1
   if [[ "${KEEP:-0}" != 1 ]]; then
     bash "$ROOT/scripts/pgtmp.sh" destroy "$WORK/pg" >/dev/null 2>&1
     rm -rf "$WORK"
@@ -111,6 +127,9 @@ done
 for _ in $(seq 1 "$PG_CRASHES"); do SCHEDULE+=("crash-postgres"); done
 for _ in $(seq 1 "$LOST_SLOT"); do SCHEDULE+=("lose-slot"); done
 for _ in $(seq 1 "$LEDGER_KILLS"); do SCHEDULE+=("kill-ledger"); done
+for _ in $(seq 1 "$BROKER_KILLS"); do SCHEDULE+=("kill-broker:$(( 3 + RANDOM % 8 ))"); done
+for _ in $(seq 1 "$BROKER_PAUSES"); do SCHEDULE+=("pause-broker:$(( 35 + RANDOM % 10 ))"); done
+for _ in $(seq 1 "$ROLLING_RESTARTS"); do SCHEDULE+=("rolling-restart"); done
 for (( i = ${#SCHEDULE[@]} - 1; i > 0; i-- )); do  # Fisher-Yates with the seeded RANDOM
   j=$(( RANDOM % (i + 1) )); t=${SCHEDULE[i]}; SCHEDULE[i]=${SCHEDULE[j]}; SCHEDULE[j]=$t
 done
@@ -134,14 +153,21 @@ export PGHOST PGPORT PGUSER PGDATABASE
 DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE"
 q() { PGOPTIONS="-c client_min_messages=warning" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
 
-mkfifo "$WORK/broker.ctl"
-"$DEVBROKER" --brokers 3 --topic "outbox.payment:$PARTITIONS" --bootstrap-file "$WORK/bootstrap" \
-  <"$WORK/broker.ctl" >"$WORK/devbroker.log" 2>&1 &
-BROKER_PID=$!
-exec 7>"$WORK/broker.ctl"
-for _ in $(seq 200); do [[ -s $WORK/bootstrap ]] && break; sleep 0.05; done
+if [[ $KAFKA == apache ]]; then
+  KSH=(bash "$ROOT/scripts/kafka.sh")
+  "${KSH[@]}" start --dir "$WORK/kafka" --owner $$ >"$WORK/bootstrap" 2>"$WORK/kafka-start.log" ||
+    { cat "$WORK/kafka-start.log" >&2; exit 1; }
+  "${KSH[@]}" topic --dir "$WORK/kafka" outbox.payment "$PARTITIONS"
+else
+  mkfifo "$WORK/broker.ctl"
+  "$DEVBROKER" --brokers 3 --topic "outbox.payment:$PARTITIONS" --bootstrap-file "$WORK/bootstrap" \
+    <"$WORK/broker.ctl" >"$WORK/devbroker.log" 2>&1 &
+  BROKER_PID=$!
+  exec 7>"$WORK/broker.ctl"
+  for _ in $(seq 200); do [[ -s $WORK/bootstrap ]] && break; sleep 0.05; done
+fi
 BOOT=$(sed -n 's/^bootstrap=//p' "$WORK/bootstrap")
-[[ -n $BOOT ]] || { cat "$WORK/devbroker.log" >&2; exit 1; }
+[[ -n $BOOT ]] || { cat "$WORK/devbroker.log" "$WORK/kafka-start.log" >&2 2>/dev/null; exit 1; }
 
 "$WALRELAY" setup --source-dsn "$DSN" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; exit 1; }
 q "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -178,7 +204,7 @@ wait_streaming() {  # seconds
 }
 start_ledger() {  # name
   "$LEDGER" --bootstrap "$BOOT" --group ledger --topic outbox.payment --conninfo "$DSN" \
-    --replay-window-ms 86400000 --inbox-retention-ms 604800000 --describe-configs-timeout-ms 1000 \
+    --replay-window-ms 86400000 --inbox-retention-ms 1296000000 --describe-configs-timeout-ms 1000 \
     --stats-interval-ms 5000 --property session.timeout.ms=6000 --property heartbeat.interval.ms=500 \
     >>"$WORK/ledger-$1.log" 2>&1 &
   LEDGER_PID[$1]=$!
@@ -268,15 +294,63 @@ kill_relay() {
   say "kill -9 relay $n; restarted as the standby"
 }
 
+# Apache Kafka: whether every partition of the topic has a leader and all three replicas
+# in sync (kcat's metadata).
+full_isr() {
+  kcat -b "$BOOT" -L -t outbox.payment 2>/dev/null |
+    awk '/partition [0-9]+, leader/ { n++; if ($4 == "-1," || $NF !~ /^[0-9]+,[0-9]+,[0-9]+$/) bad++ }
+         END { exit !(n > 0 && bad == 0) }'
+}
+wait_full_isr() { for _ in $(seq 300); do full_isr && return 0; sleep 0.5; done; say "ISR not full after 150 s"; }
+kafka_down() {  # every broker
+  if [[ $KAFKA == apache ]]; then
+    local b; for b in 1 2 3; do "${KSH[@]}" kill-broker --dir "$WORK/kafka" "$b"; done
+  else
+    echo "down all" >&7
+  fi
+}
+kafka_up() {
+  if [[ $KAFKA == apache ]]; then
+    local b; for b in 1 2 3; do "${KSH[@]}" start-broker --dir "$WORK/kafka" "$b"; done
+  else
+    echo "up all" >&7
+  fi
+}
+kill_broker() {  # seconds down
+  local b=$(( 1 + RANDOM % 3 ))
+  "${KSH[@]}" kill-broker --dir "$WORK/kafka" "$b"
+  say "kill -9 broker $b; restarting it in $1 s"
+  sleep "$1"
+  "${KSH[@]}" start-broker --dir "$WORK/kafka" "$b"
+  wait_full_isr
+}
+pause_broker() {  # seconds paused
+  local b=$(( 1 + RANDOM % 3 ))
+  "${KSH[@]}" pause-broker --dir "$WORK/kafka" "$b"
+  say "broker $b paused (SIGSTOP) for $1 s"
+  sleep "$1"
+  "${KSH[@]}" resume-broker --dir "$WORK/kafka" "$b"
+  wait_full_isr
+}
+rolling_restart() {  # each broker in turn: stopped (SIGTERM), started, back in sync
+  local b
+  say "rolling restart of brokers 1, 2, 3"
+  for b in 1 2 3; do
+    "${KSH[@]}" stop-broker --dir "$WORK/kafka" "$b"
+    "${KSH[@]}" start-broker --dir "$WORK/kafka" "$b"
+    wait_full_isr
+  done
+}
+
 outage() {  # seconds [kill the streaming relay in the middle]
-  echo "down all" >&7
+  kafka_down
   say "all brokers down for $1 s"
   if [[ ${2:-} == kill ]]; then
     sleep $(( $1 / 2 )); kill_relay; sleep $(( $1 - $1 / 2 ))
   else
     sleep "$1"
   fi
-  echo "up all" >&7
+  kafka_up
 }
 
 crash_postgres() {
@@ -323,7 +397,8 @@ lose_slot() {
 
 kill_ledger() {
   local n=$(( 1 + RANDOM % 2 ))
-  kill -9 "${LEDGER_PID[$n]}" 2>/dev/null; wait "${LEDGER_PID[$n]}" 2>/dev/null || true
+  kill -9 "${LEDGER_PID[$n]}" 2>/dev/null || say "ledger $n had exited (see $WORK/ledger-$n.log)"
+  wait "${LEDGER_PID[$n]}" 2>/dev/null || true
   start_ledger "$n"
   say "kill -9 ledger $n; restarted"
 }
@@ -350,6 +425,9 @@ for i in "${!SCHEDULE[@]}"; do
     crash-postgres) crash_postgres ;;
     lose-slot) lose_slot ;;
     kill-ledger) kill_ledger ;;
+    kill-broker:*) kill_broker "${SCHEDULE[i]#kill-broker:}" ;;
+    pause-broker:*) pause_broker "${SCHEDULE[i]#pause-broker:}" ;;
+    rolling-restart) rolling_restart ;;
   esac
   restart_dead_relays
   say "    $(payments) payments committed so far"
@@ -411,8 +489,8 @@ RECOVERED=$(cat "$WORK"/relay-*.log | grep -c "recovery of slot walrelay done" |
 TAKEOVERS=$(cat "$WORK"/relay-*.log | grep -c "took over slot" || true)
 ELAPSED=$(( $(date +%s) - T0 ))
 echo
-echo "chaos verdict (seed $SEED, ${ELAPSED} s, writing $(( WRITE_END - T0 )) s):"
-echo "  $TOTAL payments committed ($TABLELESS table-less); faults: ${#SCHEDULE[@]} scheduled ($RELAY_KILLS relay kills, $BROKER_OUTAGES broker outages, $PG_CRASHES PostgreSQL crashes, $LOST_SLOT lost slots, $LEDGER_KILLS ledger kills); $TAKEOVERS standby take-overs, $RECOVERED slot recoveries"
+echo "chaos verdict (seed $SEED, Kafka: $KAFKA, ${ELAPSED} s, writing $(( WRITE_END - T0 )) s):"
+echo "  $TOTAL payments committed ($TABLELESS table-less); faults: ${#SCHEDULE[@]} scheduled ($RELAY_KILLS relay kills, $BROKER_OUTAGES broker outages, $PG_CRASHES PostgreSQL crashes, $LOST_SLOT lost slots, $LEDGER_KILLS ledger kills, $BROKER_KILLS broker kills, $BROKER_PAUSES broker pauses, $ROLLING_RESTARTS rolling restarts); $TAKEOVERS standby take-overs, $RECOVERED slot recoveries"
 echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates"
 echo "  ledger: $LLOST lost, $TWICE applied twice, $BALANCE wallet balances off, $LDISORDER applied out of order"
 FAILED=0

@@ -6,6 +6,7 @@
 #   kafka.sh stop   --dir DIR                               stop every process (no-op when stopped)
 #   kafka.sh status --dir DIR                               each node: running, paused or stopped
 #   kafka.sh kill-broker   --dir DIR N     kill -9 broker N          start-broker --dir DIR N
+#   kafka.sh stop-broker   --dir DIR N     SIGTERM (a controlled shutdown), waits until gone
 #   kafka.sh pause-broker  --dir DIR N     SIGSTOP (alive, silent)   resume-broker --dir DIR N
 #   kafka.sh topic  --dir DIR NAME PARTITIONS [CONFIG=VALUE ...]  create a topic (RF min(3,N))
 #   kafka.sh env    --dir DIR                               the cluster's settings as shell lines
@@ -48,7 +49,7 @@ START_TIMEOUT="${WALRELAY_KAFKA_START_TIMEOUT:-90}"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '5,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------- jars
 
@@ -523,6 +524,7 @@ case "$cmd" in
       while pid_alive "$p"; do sleep 0.05; done
     fi ;;
   start-broker) broker_arg "${1:-}"; start_node "$1" ;;
+  stop-broker) broker_arg "${1:-}"; stop_nodes 30 "$1" ;;
   pause-broker) broker_arg "${1:-}"; alive "$1" || die "broker $1 is not running"; kill -STOP "$(pid_of "$1")" ;;
   resume-broker) broker_arg "${1:-}"; if alive "$1"; then kill -CONT "$(pid_of "$1")"; fi ;;
   *) usage ;;

@@ -6,7 +6,8 @@
 #                            tests only a real cluster can run against Apache Kafka from
 #                            scripts/kafka.sh, resolved from Maven Central once), the unit
 #                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
-#                            the chaos run (scripts/chaos.sh, 30,000 events) and its check that it
+#                            the chaos run (scripts/chaos.sh, 30,000 events, on the dev broker and
+#                            on Apache Kafka) and its check that it
 #                            reports loss when the relay confirms before acks, a smoke run of
 #                            every benchmark program, and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
@@ -55,6 +56,12 @@ MAIN_TOTAL=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' 
 step "chaos run (scripts/chaos.sh: 30,000 events under relay kills, broker outages, PostgreSQL crashes, a lost slot, ledger kills)"
 BUILD_ROOT="$BUILD_ROOT" CHAOS_EVENTS=${CHAOS_EVENTS:-30000} CHAOS_SEED=${CHAOS_SEED:-20261204} \
   CHAOS_WORK=/tmp/walrelay-chaos-ci bash scripts/chaos.sh
+
+if [ "$WALRELAY_TEST_KAFKA" = apache ]; then
+  step "chaos run on Apache Kafka (scripts/chaos.sh CHAOS_KAFKA=apache: the same faults plus broker kills, a paused broker, a rolling restart)"
+  BUILD_ROOT="$BUILD_ROOT" CHAOS_KAFKA=apache CHAOS_EVENTS=${CHAOS_EVENTS:-30000} \
+    CHAOS_SEED=${CHAOS_SEED:-20261205} CHAOS_WORK=/tmp/walrelay-chaos-ci-apache bash scripts/chaos.sh
+fi
 
 step "chaos run must see loss (the test-only confirm_before_ack failpoint)"
 # Once more if it fails: librdkafka 2.0.2's mock broker process has aborted once under this
