@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # walrelay quickstart: the payments story end to end on this machine.
 #
-#   bash scripts/quickstart.sh          (as root or with sudo; EVENTS=20000 by default)
+#   bash scripts/quickstart.sh                  (as root or with sudo; EVENTS=20000 by default)
+#   bash scripts/quickstart.sh --kafka apache   the same on a three-broker Apache Kafka cluster
+#                                               (scripts/kafka.sh; Java and Maven, Kafka's jars
+#                                               from Maven Central on first use), killing one
+#                                               broker mid-stream too
 #
 # It installs what is missing (Debian 12), builds, and starts:
 #   - a throwaway PostgreSQL 15 (wal_level=logical) holding the billing service's tables
 #     (payments + outbox) and the ledger service's tables (wallet, inbox);
-#   - a development Kafka: librdkafka's mock cluster as a process (walrelay-devbroker);
+#   - a development Kafka: librdkafka's mock cluster as a process (walrelay-devbroker), or
+#     with --kafka apache Apache Kafka itself (3 brokers, replication factor 3,
+#     min.insync.replicas=2);
 #   - walrelay (setup, then run), publishing the outbox to topic outbox.payment;
 #   - the ledger consumer (walrelay-ledger): credits wallets through the inbox library.
 # A billing writer commits each payment and its outbox row in ONE transaction. Midway the
@@ -21,6 +27,15 @@ EVENTS=${EVENTS:-20000}
 WORKDIR=${WORKDIR:-/tmp/walrelay-quickstart}
 JOBS=${JOBS:-2}
 BUILD=${BUILD_ROOT:-build}/main
+KAFKA=dev
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kafka) KAFKA=${2:-}; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "quickstart.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+case "$KAFKA" in dev|apache) ;; *) echo "quickstart.sh: --kafka dev or apache" >&2; exit 2 ;; esac
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -43,18 +58,31 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   bash "$ROOT/scripts/pgtmp.sh" stop "$WORKDIR/pg" >/dev/null 2>&1 || true
+  if [ "$KAFKA" = apache ]; then
+    bash "$ROOT/scripts/kafka.sh" stop --dir "$WORKDIR/kafka" >/dev/null 2>&1 || true
+  fi
 }
 trap cleanup EXIT
 
-say "3/7 PostgreSQL 15 (throwaway) and the development Kafka"
+if [ "$KAFKA" = apache ]; then
+  say "3/7 PostgreSQL 15 (throwaway) and Apache Kafka (3 brokers; about 20 s)"
+else
+  say "3/7 PostgreSQL 15 (throwaway) and the development Kafka"
+fi
 eval "$(bash scripts/pgtmp.sh start "$WORKDIR/pg" max_slot_wal_keep_size=1GB)"
 export PGHOST PGPORT PGUSER PGDATABASE
 DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE"
-"$DEVBROKER" --brokers 3 --topic outbox.payment:8 --bootstrap-file "$WORKDIR/bootstrap" \
-  >"$WORKDIR/devbroker.log" 2>&1 </dev/null &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$WORKDIR/bootstrap" ] && break; sleep 0.1; done
-BOOTSTRAP=$(sed 's/^bootstrap=//' "$WORKDIR/bootstrap")
+if [ "$KAFKA" = apache ]; then
+  bash scripts/kafka.sh start --dir "$WORKDIR/kafka" --owner $$ >"$WORKDIR/bootstrap"
+  bash scripts/kafka.sh topic --dir "$WORKDIR/kafka" outbox.payment 8
+  BOOTSTRAP=$(sed -n 's/^bootstrap=//p' "$WORKDIR/bootstrap")
+else
+  "$DEVBROKER" --brokers 3 --topic outbox.payment:8 --bootstrap-file "$WORKDIR/bootstrap" \
+    >"$WORKDIR/devbroker.log" 2>&1 </dev/null &
+  PIDS+=($!)
+  for _ in $(seq 100); do [ -s "$WORKDIR/bootstrap" ] && break; sleep 0.1; done
+  BOOTSTRAP=$(sed 's/^bootstrap=//' "$WORKDIR/bootstrap")
+fi
 METRICS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "    postgres: $DSN"
 echo "    kafka:    $BOOTSTRAP"
@@ -76,7 +104,7 @@ start_relay() {
 }
 start_ledger() {  # $1 = consumer group
   "$LEDGER" --bootstrap "$BOOTSTRAP" --group "$1" --topic outbox.payment --conninfo "$DSN" \
-    --replay-window-ms 86400000 --inbox-retention-ms 604800000 --describe-configs-timeout-ms 1000 \
+    --replay-window-ms 86400000 --inbox-retention-ms 1296000000 --describe-configs-timeout-ms 1000 \
     --stats-interval-ms 1000 \
     --property session.timeout.ms=6000 --property heartbeat.interval.ms=500 \
     >>"$WORKDIR/ledger-$1.log" 2>&1 &
@@ -122,6 +150,8 @@ psql -q -v ON_ERROR_STOP=1 -f "$WORKDIR/billing.sql" >/dev/null &
 WRITER=$!
 injected_relay=0
 injected_ledger=0
+injected_broker=0
+[ "$KAFKA" = apache ] || injected_broker=1
 while kill -0 "$WRITER" 2>/dev/null; do
   sleep 1
   progress
@@ -131,6 +161,12 @@ while kill -0 "$WRITER" 2>/dev/null; do
     kill -9 "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true
     start_relay
     injected_relay=1
+  fi
+  if [ "$injected_broker" = 0 ] && [ "$written" -ge $((EVENTS / 2)) ]; then
+    echo "    >>> crash: kill -9 Kafka broker 2, restarted 5 s later"
+    bash scripts/kafka.sh kill-broker --dir "$WORKDIR/kafka" 2
+    (sleep 5; bash scripts/kafka.sh start-broker --dir "$WORKDIR/kafka" 2) &
+    injected_broker=1
   fi
   # The ledger crash must land mid-stream: a ledger needs ~4 s to start against the
   # development Kafka (its DescribeConfigs is never answered: 1 s timeout here; then ~3 s
@@ -190,5 +226,9 @@ ORDER=$([ "$DISORDER" = 0 ] && echo "order per wallet kept" || echo "order per w
 echo
 echo "    $TOTAL events: $LOST lost, $TWICE applied twice, $ORDER; $BAD_BALANCE wallet balances off;"
 echo "    duplicates delivered and absorbed by the inbox: at least ${DUPS} (the full redelivery, plus crash replays seen by the last ledger instance)"
-echo "    logs: $WORKDIR/{relay,devbroker,ledger-*}.log"
+if [ "$KAFKA" = apache ]; then
+  echo "    logs: $WORKDIR/{relay,ledger-*}.log, $WORKDIR/kafka/*/server.log"
+else
+  echo "    logs: $WORKDIR/{relay,devbroker,ledger-*}.log"
+fi
 [ "$LOST" = 0 ] && [ "$TWICE" = 0 ] && [ "$BAD_BALANCE" = 0 ] && [ "$DISORDER" = 0 ]
