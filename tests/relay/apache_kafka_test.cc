@@ -137,6 +137,19 @@ class ApacheKafkaTest : public RelayTest {
     return r ? std::to_string(r->status) + " " + r->body : "no answer";
   }
 
+  // Reads /readyz until it contains `text` (15 s at most), checking at every read that the
+  // slot was not confirmed up to `unconfirmed` (the WAL position after the waiting events);
+  // returns the last answer.
+  std::string ReadyzOnceItSays(const std::string& text, const std::string& unconfirmed) {
+    std::string readyz;
+    for (int i = 0; i < 300 && readyz.find(text) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(50ms);
+      readyz = Readyz();
+      EXPECT_LT(ConfirmedFlush(), *Lsn::Parse(unconfirmed)) << "confirmed unacked events";
+    }
+    return readyz;
+  }
+
   testing::ApacheKafka* cluster_ = nullptr;
   std::string topic_;
   std::thread writer_;
@@ -291,12 +304,7 @@ TEST_F(ApacheKafkaTest, SaslOverVerifiedTlsStreamsAndBadSecretsAreReported) {
     seq += 10;
     auto after_insert = pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()");
     ASSERT_TRUE(after_insert.ok());
-    std::string readyz;
-    for (int i = 0; i < 300 && readyz.find(bad.readyz) == std::string::npos; ++i) {
-      std::this_thread::sleep_for(50ms);
-      readyz = Readyz();
-      ASSERT_LT(ConfirmedFlush(), *Lsn::Parse(*after_insert)) << "confirmed unacked events";
-    }
+    const std::string readyz = ReadyzOnceItSays(bad.readyz, *after_insert);
     EXPECT_EQ(readyz.rfind("503", 0), 0u) << readyz;
     EXPECT_NE(readyz.find(bad.readyz), std::string::npos) << readyz;
     EXPECT_EQ(readyz.find(cluster_->walrelay_password()), std::string::npos) << readyz;
@@ -326,12 +334,7 @@ TEST_F(ApacheKafkaTest, ScramFromThisLibrdkafkaIsRefusedByKafka4AndTheReasonSays
   WriteEvents(1, 1, 5);
   auto after_insert = pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()");
   ASSERT_TRUE(after_insert.ok());
-  std::string readyz;
-  for (int i = 0; i < 300 && readyz.find("authentication failed") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(50ms);
-    readyz = Readyz();
-    ASSERT_LT(ConfirmedFlush(), *Lsn::Parse(*after_insert)) << "confirmed unacked events";
-  }
+  const std::string readyz = ReadyzOnceItSays("authentication failed", *after_insert);
   EXPECT_EQ(readyz.rfind("503", 0), 0u) << readyz;
   EXPECT_NE(readyz.find("librdkafka bug #4895"), std::string::npos) << readyz;
   EXPECT_NE(readyz.find("SASL/PLAIN over TLS or mutual TLS"), std::string::npos) << readyz;

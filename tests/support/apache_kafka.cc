@@ -152,6 +152,12 @@ Status ApacheKafka::JavaProduce(const std::string& topic,
   return Status::Ok();
 }
 
+Status ApacheKafka::Acl(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"acl", "--dir", dir_};
+  all.insert(all.end(), args.begin(), args.end());
+  return Script(all);
+}
+
 Status ApacheKafka::KillBroker(int id) {
   return Script({"kill-broker", "--dir", dir_, std::to_string(id)});
 }

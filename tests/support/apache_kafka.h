@@ -54,6 +54,9 @@ class ApacheKafka {
   Result<std::vector<std::string>> JavaConsume(const std::string& topic, int count);
   Status JavaProduce(const std::string& topic, const std::vector<std::string>& key_values);
 
+  // kafka-acls with these arguments (e.g. --add --deny-principal User:walrelay ...).
+  Status Acl(const std::vector<std::string>& args);
+
   // Broker ids are 1..brokers().
   Status KillBroker(int id);   // kill -9
   Status StartBroker(int id);  // returns once it runs again (not yet in every ISR)
