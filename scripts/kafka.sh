@@ -27,6 +27,8 @@
 #                                  ACLs enforced (StandardAuthorizer): user `admin` is a super
 #                                  user, user `walrelay` gets the relay's documented least
 #                                  privileges (docs/operations.md); passwords in DIR/users.env
+#   SSL        bootstrap_mtls=...  mutual TLS: the client's certificate is its identity
+#                                  (CN=walrelay is User:walrelay; client_cert, client_key)
 # `start` waits until the brokers answer metadata with every broker (60 s at most here),
 # then prints the settings (the same lines as `env`), bootstrap=HOST:PORT,... last.
 # With --owner PID (or WALRELAY_KAFKA_OWNER), a watcher stops the cluster when PID exits:
@@ -144,6 +146,11 @@ make_tls() {
     -days 30 -extfile "$t/san.ext" -out "$t/broker.pem" 2>/dev/null
   openssl pkcs12 -export -in "$t/broker.pem" -inkey "$t/broker.key" -certfile "$t/ca.pem" \
     -name broker -passout "pass:$KEYSTORE_PASSWORD" -out "$t/broker.p12"
+  # The walrelay user's client certificate (mutual TLS listener: CN=walrelay is User:walrelay).
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=walrelay" \
+    -keyout "$t/walrelay.key" -out "$t/walrelay.csr" 2>/dev/null
+  openssl x509 -req -in "$t/walrelay.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial \
+    -days 30 -out "$t/walrelay.pem" 2>/dev/null
   # A CA nobody trusts, for the tests of an unknown CA.
   openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=walrelay other CA" \
     -keyout "$t/other-ca.key" -out "$t/other-ca.pem" 2>/dev/null
@@ -177,14 +184,15 @@ cmd_start() {
     mkdir -p "$DIR"
     DIR=$(cd "$DIR" && pwd)
     local ports
-    read -r -a ports <<<"$(free_ports $((1 + 2 * brokers)))"
+    read -r -a ports <<<"$(free_ports $((1 + 3 * brokers)))"
     BROKERS=$brokers
     CONTROLLER_PORT=${ports[0]}
-    PLAIN_PORTS="" SASL_PORTS=""
+    PLAIN_PORTS="" SASL_PORTS="" MTLS_PORTS=""
     local i
     for i in $(seq 1 "$brokers"); do
       PLAIN_PORTS+="${ports[$((2 * i - 1))]} "
       SASL_PORTS+="${ports[$((2 * i))]} "
+      MTLS_PORTS+="${ports[$((2 * brokers + i))]} "
     done
     CLUSTER_ID=$(ktool kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
     KEYSTORE_PASSWORD=$(random_secret)
@@ -195,6 +203,7 @@ BROKERS=$BROKERS
 CONTROLLER_PORT=$CONTROLLER_PORT
 PLAIN_PORTS="${PLAIN_PORTS% }"
 SASL_PORTS="${SASL_PORTS% }"
+MTLS_PORTS="${MTLS_PORTS% }"
 CLUSTER_ID=$CLUSTER_ID
 KEYSTORE_PASSWORD=$KEYSTORE_PASSWORD
 KAFKA_VERSION=$KAFKA_VERSION
@@ -272,14 +281,20 @@ EOF
   local i plain sasl
   read -r -a plain <<<"$PLAIN_PORTS"
   read -r -a sasl <<<"$SASL_PORTS"
+  local mtls
+  read -r -a mtls <<<"$MTLS_PORTS"
   for i in $(seq 1 "$BROKERS"); do
     mkdir -p "$DIR/broker-$i"
     cat >"$DIR/broker-$i/server.properties" <<EOF
 process.roles=broker
 node.id=$i
-listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]}
-advertised.listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]},SSL://localhost:${mtls[$((i - 1))]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]},SSL://localhost:${mtls[$((i - 1))]}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT
+listener.name.ssl.ssl.client.auth=required
+listener.name.ssl.ssl.truststore.type=PEM
+listener.name.ssl.ssl.truststore.location=$DIR/tls/ca.pem
+ssl.principal.mapping.rules=RULE:^CN=([a-z]+)$/\$1/,DEFAULT
 inter.broker.listener.name=PLAINTEXT
 sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
@@ -327,6 +342,11 @@ format_all() {
 plain_bootstrap() {
   local p out=""
   for p in $PLAIN_PORTS; do out+="127.0.0.1:$p,"; done
+  echo "${out%,}"
+}
+mtls_bootstrap() {
+  local p out=""
+  for p in $MTLS_PORTS; do out+="localhost:$p,"; done
   echo "${out%,}"
 }
 sasl_bootstrap() {
@@ -458,6 +478,9 @@ cmd_env() {
   echo "other_ca=$DIR/tls/other-ca.pem"
   echo "users=$DIR/users.env"
   echo "bootstrap_sasl=$(sasl_bootstrap)"
+  echo "bootstrap_mtls=$(mtls_bootstrap)"
+  echo "client_cert=$DIR/tls/walrelay.pem"
+  echo "client_key=$DIR/tls/walrelay.key"
   echo "bootstrap=$(plain_bootstrap)"
 }
 

@@ -318,6 +318,21 @@ TEST_F(ApacheKafkaTest, SaslOverVerifiedTlsStreamsAndBadSecretsAreReported) {
   EXPECT_EQ(Readyz().rfind("200", 0), 0u) << Readyz();
 }
 
+// Mutual TLS: the relay's certificate is its identity (CN=walrelay maps to User:walrelay,
+// the least-privileged user); the broker's certificate is verified against the CA.
+TEST_F(ApacheKafkaTest, MutualTlsStreamsAsTheCertificatesUser) {
+  config_.bootstrap_servers = cluster_->mtls_bootstraps();
+  config_.kafka_properties = {{"security.protocol", "SSL"},
+                              {"ssl.ca.location", cluster_->ca_path()},
+                              {"ssl.certificate.location", cluster_->client_cert_path()},
+                              {"ssl.key.location", cluster_->client_key_path()}};
+  StartRelay();
+  WriteEvents(1, 2, 10);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  ExpectEveryEventInOrder(ReadAll(20), 20, /*exactly_once=*/true);
+  EXPECT_EQ(relay_->stats().restarts.load(), 0u);
+}
+
 // SCRAM-SHA-512 with the right password against Kafka 4: librdkafka 2.0.2 (Debian 12's,
 // which walrelay links) computes a proof Kafka 4 refuses (librdkafka #4895, fixed in
 // 2.6.1). The relay cannot fix that; it says so, with the way out, and confirms nothing.

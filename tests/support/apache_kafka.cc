@@ -97,6 +97,9 @@ Result<ApacheKafka*> ApacheKafka::Shared() {
   cluster->bootstrap_sasl_ = kv["bootstrap_sasl"];
   cluster->ca_ = kv["ca"];
   cluster->other_ca_ = kv["other_ca"];
+  cluster->bootstrap_mtls_ = kv["bootstrap_mtls"];
+  cluster->client_cert_ = kv["client_cert"];
+  cluster->client_key_ = kv["client_key"];
   cluster->brokers_ = std::atoi(kv["brokers"].c_str());
   if (cluster->bootstrap_.empty() || cluster->brokers_ < 1) {
     return InternalError("kafka.sh start printed no bootstrap line: " + out);

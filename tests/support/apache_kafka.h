@@ -38,6 +38,11 @@ class ApacheKafka {
   const std::string& ca_path() const { return ca_; }
   const std::string& other_ca_path() const { return other_ca_; }
   const std::string& walrelay_password() const { return walrelay_password_; }
+  // SSL listeners with client certificates required ("localhost:p1,..."), and the walrelay
+  // user's certificate and key (CN=walrelay: User:walrelay, the same ACLs).
+  const std::string& mtls_bootstraps() const { return bootstrap_mtls_; }
+  const std::string& client_cert_path() const { return client_cert_; }
+  const std::string& client_key_path() const { return client_key_; }
   const std::string& admin_password() const { return admin_password_; }
 
   // A topic name no other test uses: "<prefix>.<n>.<pid>".
@@ -83,6 +88,7 @@ class ApacheKafka {
   int brokers_ = 0;
   int topics_made_ = 0;
   std::string bootstrap_, bootstrap_sasl_, ca_, other_ca_, walrelay_password_, admin_password_;
+  std::string bootstrap_mtls_, client_cert_, client_key_;
 };
 
 }  // namespace walrelay::testing
