@@ -339,21 +339,20 @@ format_all() {
   fi
 }
 
-plain_bootstrap() {
-  local p out=""
-  for p in $PLAIN_PORTS; do out+="127.0.0.1:$p,"; done
+# bootstrap_list HOST PORT...: "HOST:PORT,HOST:PORT,..." (TLS listeners use localhost, the
+# name in the brokers' certificate).
+bootstrap_list() {
+  local host=$1 p out=""
+  shift
+  for p in "$@"; do out+="$host:$p,"; done
   echo "${out%,}"
 }
-mtls_bootstrap() {
-  local p out=""
-  for p in $MTLS_PORTS; do out+="localhost:$p,"; done
-  echo "${out%,}"
-}
-sasl_bootstrap() {
-  local p out=""
-  for p in $SASL_PORTS; do out+="localhost:$p,"; done
-  echo "${out%,}"
-}
+# shellcheck disable=SC2086
+plain_bootstrap() { bootstrap_list 127.0.0.1 $PLAIN_PORTS; }
+# shellcheck disable=SC2086
+sasl_bootstrap() { bootstrap_list localhost $SASL_PORTS; }
+# shellcheck disable=SC2086
+mtls_bootstrap() { bootstrap_list localhost $MTLS_PORTS; }
 
 # The number of brokers the cluster's metadata lists (unfenced), asked of the running ones.
 brokers_in_metadata() {
