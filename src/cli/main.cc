@@ -31,6 +31,7 @@
 #include "src/relay/run/relay.h"
 #include "src/relay/commands/republish.h"
 #include "src/relay/commands/cutover.h"
+#include "walrelay/version.h"
 
 namespace {
 
@@ -225,7 +226,8 @@ int main(int argc, char** argv) {
       "walrelay: streams a PostgreSQL transactional outbox to Kafka through logical "
       "replication, confirming WAL only after Kafka acked every event."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "walrelay 0.1.0");
+  app.set_version_flag("--version", "walrelay " WALRELAY_VERSION " (commit " WALRELAY_GIT_COMMIT
+                                    ")");
 
   CLI::App* run = app.add_subcommand(
       "run",
