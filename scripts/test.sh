@@ -11,6 +11,11 @@
 #                            reports loss when the relay confirms before acks, a smoke run of
 #                            every benchmark program, and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
+#   scripts/test.sh --suites-on-apache
+#                            the main build, then the relay and inbox integration suites run
+#                            against Apache Kafka instead of the dev broker
+#                            (WALRELAY_TEST_BROKER=apache, tests/support/test_broker.h), one
+#                            program at a time, each with one cluster of its own.
 # Environment: JOBS (default 2), FUZZ_SECONDS (default 60), BUILD_ROOT (default ./build),
 # WALRELAY_TEST_KAFKA (default apache; `dev` skips the Apache Kafka tests).
 set -euo pipefail
@@ -20,7 +25,13 @@ JOBS=${JOBS:-2}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 BUILD_ROOT=${BUILD_ROOT:-build}
 QUICK=0
-[ "${1:-}" = "--quick" ] && QUICK=1
+SUITES_ON_APACHE=0
+case "${1:-}" in
+  --quick) QUICK=1 ;;
+  --suites-on-apache) SUITES_ON_APACHE=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick | --suites-on-apache]" >&2; exit 2 ;;
+esac
 
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
@@ -42,9 +53,27 @@ if [ "$QUICK" = 1 ]; then
   exit 0
 fi
 
-if [ "$WALRELAY_TEST_KAFKA" = apache ]; then
+if [ "$WALRELAY_TEST_KAFKA" = apache ] || [ "$SUITES_ON_APACHE" = 1 ]; then
   step "Apache Kafka jars (scripts/kafka.sh fetch: Maven Central, once per machine)"
   bash scripts/kafka.sh fetch
+fi
+
+if [ "$SUITES_ON_APACHE" = 1 ]; then
+  # One process per program: the program's tests share its cluster (TestBroker::Create
+  # empties it of topics before each test); ctest would start one cluster per test.
+  failed=()
+  for program in relay/relay_test relay/poll_test relay/cleanup_test relay/outbox_tables_test \
+                 inbox/inbox_test; do
+    step "$program on Apache Kafka (WALRELAY_TEST_BROKER=apache)"
+    WALRELAY_TEST_BROKER=apache "$BUILD_ROOT/main/tests/$program" --gtest_brief=1 ||
+      failed+=("$program")
+  done
+  if [ "${#failed[@]}" -gt 0 ]; then
+    echo "failed on Apache Kafka: ${failed[*]}" >&2
+    exit 1
+  fi
+  step "relay and inbox suites passed on Apache Kafka"
+  exit 0
 fi
 
 step "all tests (unit + integration; Apache Kafka tests: WALRELAY_TEST_KAFKA=$WALRELAY_TEST_KAFKA)"

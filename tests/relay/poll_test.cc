@@ -1,10 +1,9 @@
 // Poll mode (issue 15, src/relay/polling/poller.h): the polling publisher against a real
-// PostgreSQL and librdkafka's mock cluster. What a user checks: every committed row
+// PostgreSQL and the suite's Kafka (relay_fixture.h). What a user checks: every committed row
 // arrives, no rolled-back one does, order per aggregate holds (one poller, and three
 // sharded ones at once), aggregates with negative hashes are published, a poison row is
 // dead-lettered after its attempts without delaying its batch-mates.
 #include <libpq-fe.h>
-#include <librdkafka/rdkafka.h>
 
 #include <atomic>
 #include <map>
@@ -182,7 +181,7 @@ TEST_F(PollTest, PoisonRowIsRetriedThenDeadLetteredWithoutDelayingItsBatchMates)
   config_.poll_max_attempts = 3;
   config_.kafka_topic_error_timeout = 900ms;  // attempts 300 ms apart
   config_.allowed_topics = {"outbox.*"};
-  kafka_->SetTopicError("outbox.missing", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  ASSERT_TRUE(kafka_->MakeTopicMissing("outbox.missing", 1).ok());
   ASSERT_TRUE(
       pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, payload) "
                 "VALUES ('payment', 'a', 'outbox.missing', 'E', '{\"seq\": 0}'), "
@@ -200,7 +199,12 @@ TEST_F(PollTest, PoisonRowIsRetriedThenDeadLetteredWithoutDelayingItsBatchMates)
   EXPECT_EQ(Count("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL AND aggregate_id "
                   "IN ('b', 'c', 'd')"),
             3u);
-  EXPECT_EQ(Count("SELECT retry_count FROM outbox WHERE aggregate_id = 'a'"), 1u);
+  // The missing topic's row failed at least once and is still waiting (on the dev broker
+  // one attempt has failed by now; on Apache Kafka the batch-mates' acks take longer than
+  // the 300 ms between attempts, so a second may have failed too).
+  const uint64_t attempts = Count("SELECT retry_count FROM outbox WHERE aggregate_id = 'a'");
+  EXPECT_GE(attempts, 1u);
+  EXPECT_LT(attempts, 3u);
   auto last_error = pg_->QueryScalar("SELECT last_error FROM outbox WHERE aggregate_id = 'a'");
   ASSERT_TRUE(last_error.ok());
   EXPECT_NE(last_error->find("outbox.missing"), std::string::npos) << *last_error;
@@ -318,7 +322,7 @@ TEST_F(PollTest, BrokersDownMarksNothingUntilTheyAreBack) {
 TEST_F(PollTest, JanitorDeletesOnlyPublishedRows) {
   config_.outbox_retention = 1ms;
   config_.janitor_interval = 100ms;
-  kafka_->SetTopicError("outbox.missing", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  ASSERT_TRUE(kafka_->MakeTopicMissing("outbox.missing", 1).ok());
   config_.kafka_topic_error_timeout = 600s;  // the missing topic's row stays unpublished
   ASSERT_TRUE(
       pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, payload) "
@@ -395,9 +399,7 @@ TEST_F(PollTest, ListPartitionedOutboxPublishesEveryRowOfEveryPartition) {
 TEST_F(PollTest, RowWaitingForItsTopicHoldsBackTheLaterRowsOfItsAggregate) {
   config_.poll_max_attempts = 100;
   config_.kafka_topic_error_timeout = 300s;  // a failed row is retried 3 s later
-  // The topic exists in the mock but answers as missing until the error is cleared.
-  ASSERT_TRUE(kafka_->CreateTopic("outbox.late", 1, 3).ok());
-  kafka_->SetTopicError("outbox.late", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  ASSERT_TRUE(kafka_->MakeTopicMissing("outbox.late", 1).ok());
   auto insert = [&](const char* aggregate, int seq) {
     ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
                           "payload) VALUES ('payment', '" +
@@ -412,7 +414,7 @@ TEST_F(PollTest, RowWaitingForItsTopicHoldsBackTheLaterRowsOfItsAggregate) {
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_EQ(Count("SELECT retry_count FROM outbox WHERE aggregate_id = 'x'"), 1u);
-  kafka_->SetTopicError("outbox.late", 0);
+  ASSERT_TRUE(kafka_->TopicAppears("outbox.late").ok());
   insert("x", 2);
   insert("y", 3);
   for (int i = 0; i < 100 && Count("SELECT count(*) FROM outbox WHERE aggregate_id = 'y' AND "

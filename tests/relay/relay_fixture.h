@@ -1,7 +1,8 @@
 // RelayTest: the fixture of the end-to-end relay tests. A throwaway PostgreSQL 15 with the
-// documented outbox table, librdkafka's mock cluster in process with the topic
-// outbox.payment, and the Relay on its own thread; helpers write events and read what
-// arrived. Subclasses override ServerSettings() for server settings of their own.
+// documented outbox table, a Kafka (the dev broker, or Apache Kafka with
+// WALRELAY_TEST_BROKER=apache: tests/support/test_broker.h) with the topic outbox.payment,
+// and the Relay on its own thread; helpers write events and read what arrived. Subclasses
+// override ServerSettings() for server settings of their own.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,12 +15,12 @@
 #include <vector>
 
 #include "base/lsn.h"
-#include "src/kafka/mock_cluster.h"
 #include "src/relay/run/relay.h"
 #include "src/relay/core/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"
+#include "tests/support/test_broker.h"
 
 namespace walrelay::relay {
 
@@ -38,7 +39,7 @@ class RelayTest : public ::testing::Test {
     ASSERT_TRUE(pg.ok()) << pg.status().ToString();
     pg_ = std::move(*pg);
     ASSERT_TRUE(pg_->Exec(OutboxTableDdl("public.outbox")).ok());
-    auto kc = kafka::MockCluster::Create(3);
+    auto kc = testing::TestBroker::Create(3);
     ASSERT_TRUE(kc.ok()) << kc.status().ToString();
     kafka_ = std::move(*kc);
     ASSERT_TRUE(kafka_->CreateTopic("outbox.payment", kPartitions, 3).ok());
@@ -54,8 +55,9 @@ class RelayTest : public ::testing::Test {
   void StartRelay() {
     relay_ = std::make_unique<Relay>(config_);
     thread_ = std::thread([this] { run_status_ = relay_->Run(); });
-    // Events written before the slot exists are not in its stream: wait for it.
-    for (int i = 0; i < 300 && relay_->stats().streaming.load() == 0; ++i) {
+    // Events written before the slot exists are not in its stream: wait for it (Apache
+    // Kafka restarted a moment ago may take a few seconds to give the producer an id).
+    for (int i = 0; i < 1500 && relay_->stats().streaming.load() == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ASSERT_EQ(relay_->stats().streaming.load(), 1) << "relay did not start streaming";
@@ -104,7 +106,7 @@ class RelayTest : public ::testing::Test {
   }
 
   std::unique_ptr<testing::TestCluster> pg_;
-  std::unique_ptr<kafka::MockCluster> kafka_;
+  std::unique_ptr<testing::TestBroker> kafka_;
   RelayConfig config_;
   std::unique_ptr<Relay> relay_;
   std::thread thread_;

@@ -599,11 +599,13 @@ TEST_F(RelayTest, OldTextPayloadDeadLetterTableIsConverted) {
 // not write, are retried for --kafka-topic-error-timeout-ms (reported in /readyz and a
 // metric), then dead-lettered with the reason; the other events are delivered.
 TEST_F(RelayTest, TopicErrorsAreRetriedForTheBoundThenDeadLettered) {
+  // On Apache Kafka: ApacheKafkaTest.TopicTheUserMayNotWriteIsRetriedThenDeadLettered...
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "a topic's metadata answering an injected error");
   config_.kafka_topic_error_timeout = 2s;
   config_.metrics_address = "127.0.0.1:0";
-  rd_kafka_mock_topic_set_error(kafka_->handle(), "missing.topic",
+  rd_kafka_mock_topic_set_error(kafka_->mock()->handle(), "missing.topic",
                                 RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
-  rd_kafka_mock_topic_set_error(kafka_->handle(), "denied.topic",
+  rd_kafka_mock_topic_set_error(kafka_->mock()->handle(), "denied.topic",
                                 RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
   StartRelay();
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
@@ -636,8 +638,9 @@ TEST_F(RelayTest, TopicErrorsAreRetriedForTheBoundThenDeadLettered) {
 // Issue 10 item 8: a topic error reported for a produced record (authorization revoked
 // after the topic was checked) restarts the session; it never ends the process.
 TEST_F(RelayTest, TopicErrorInADeliveryReportRestartsNotExits) {
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "Produce requests failing with an injected error");
   StartRelay();
-  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
+  kafka_->mock()->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED});
   WriteEvents(0, 1, 5);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
   EXPECT_EQ(DistinctEventIds(5, 20s).size(), 5u);
@@ -649,8 +652,9 @@ TEST_F(RelayTest, TopicErrorInADeliveryReportRestartsNotExits) {
 // of sequence) ends the session, not the process: a new session with a new producer
 // delivers everything.
 TEST_F(RelayTest, FatalProducerErrorStartsANewSession) {
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "Produce requests failing with an injected error");
   StartRelay();
-  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER});
+  kafka_->mock()->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER});
   WriteEvents(0, 5, 20);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
   EXPECT_EQ(DistinctEventIds(100, 20s).size(), 100u);
@@ -665,6 +669,7 @@ TEST_F(RelayTest, FatalProducerErrorStartsANewSession) {
 // broker-side refusal the producer retries (not enough replicas). Once the broker accepts
 // again, every event arrives.
 TEST_F(RelayTest, FailingProduceRequestsConfirmNothingPastTheirTransaction) {
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "Produce requests failing with an injected error");
   size_t events = 0;
   for (const int error : {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
                           RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS}) {
@@ -675,7 +680,7 @@ TEST_F(RelayTest, FailingProduceRequestsConfirmNothingPastTheirTransaction) {
     ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
     const uint64_t produced_before = relay_->stats().events_produced.load();
     const uint64_t restarts_before = relay_->stats().restarts.load();
-    kafka_->PushRequestErrors(0, std::vector<int>(100000, error));
+    kafka_->mock()->PushRequestErrors(0, std::vector<int>(100000, error));
     ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, "
                           "payload) SELECT 'payment', 'agg-' || g, 'Failing', "
                           "jsonb_build_object('err', " + std::to_string(error) + ") FROM "
@@ -699,7 +704,7 @@ TEST_F(RelayTest, FailingProduceRequestsConfirmNothingPastTheirTransaction) {
       confirmed.push_back(ConfirmedFlush());
       std::this_thread::sleep_for(20ms);
     }
-    kafka_->ClearRequestErrors(0);
+    kafka_->mock()->ClearRequestErrors(0);
     ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
     // The failing transaction's commit LSN, from the records that finally arrived.
     ASSERT_GE(DistinctEventIds(events, 20s).size(), events);
@@ -725,9 +730,11 @@ TEST_F(RelayTest, FailingProduceRequestsConfirmNothingPastTheirTransaction) {
 // max.message.bytes is below the batch): none of them is dead-lettered; the session
 // restarts with a smaller batch.size and they all arrive.
 TEST_F(RelayTest, RefusedBatchIsProducedAgainNotDeadLettered) {
+  // On Apache Kafka: ApacheKafkaTest.RecordOverTheTopicLimit...
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "a batch refused with an injected error");
   config_.kafka_properties["batch.size"] = "20000";
   StartRelay();
-  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
+  kafka_->mock()->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
                         "SELECT 'payment', 'a', 'Small', jsonb_build_object('seq', g) FROM "
                         "generate_series(1, 5) g")
@@ -745,9 +752,11 @@ TEST_F(RelayTest, RefusedBatchIsProducedAgainNotDeadLettered) {
 // Issue 10 item 2: a record that travels alone (its own size reaches the batch limit) and
 // is refused is dead-lettered for itself; the stream goes on without a restart.
 TEST_F(RelayTest, RecordRefusedAloneIsDeadLetteredForItself) {
+  // On Apache Kafka: ApacheKafkaTest.RecordOverTheTopicLimit...
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "a record refused with an injected error");
   config_.kafka_properties["batch.size"] = "20000";
   StartRelay();
-  kafka_->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
+  kafka_->mock()->PushRequestErrors(0, {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE});
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
                         "VALUES ('payment', 'a', 'Big', jsonb_build_object('blob', "
                         "repeat('z', 30000)))")
@@ -768,15 +777,17 @@ TEST_F(RelayTest, RecordRefusedAloneIsDeadLetteredForItself) {
 // that long (requests time out and are retried) lose nothing and reorder nothing: records
 // never time out.
 TEST_F(RelayTest, OutageLongerThanRequestTimeoutLosesAndReordersNothing) {
+  // On Apache Kafka: ApacheKafkaTest.BrokerPaused...
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "responses delayed by the broker");
   config_.kafka_properties["request.timeout.ms"] = "500";
   config_.kafka_properties["socket.timeout.ms"] = "500";
   StartRelay();
   WriteEvents(0, 1, 10);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
-  ASSERT_TRUE(kafka_->SetBrokerRtt(-1, 1500).ok());
+  ASSERT_TRUE(kafka_->mock()->SetBrokerRtt(-1, 1500).ok());
   for (int t = 0; t < 10; ++t) WriteEvents(10 + t * 20, 1, 20);
   std::this_thread::sleep_for(3s);
-  ASSERT_TRUE(kafka_->SetBrokerRtt(-1, 0).ok());
+  ASSERT_TRUE(kafka_->mock()->SetBrokerRtt(-1, 0).ok());
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
   // Read until every event was seen (duplicates from retried requests are allowed).
   const std::vector<ConsumedRecord> records = kafka::testing::ConsumeUntil(

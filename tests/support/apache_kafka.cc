@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace walrelay::testing {
@@ -42,6 +43,58 @@ std::map<std::string, std::string> KeyValues(const std::string& text) {
   return kv;
 }
 
+using Client_t = std::unique_ptr<rd_kafka_t, void (*)(rd_kafka_t*)>;
+
+// A librdkafka client of the PLAINTEXT listeners (the super user), silent.
+Result<Client_t> Client(const std::string& bootstrap) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof err);
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  if (rk == nullptr) return InternalError(std::string("rd_kafka_new: ") + err);
+  return Client_t(rk, rd_kafka_destroy);
+}
+
+// One Admin API request of kind `op` (CreateTopics or DeleteTopics of one or more topics)
+// sent by `send(rk, options, queue)`; the first topic error is the result.
+template <typename Send>
+Status AdminRequest(const std::string& bootstrap, rd_kafka_admin_op_t op, Send send) {
+  WALRELAY_ASSIGN_OR_RETURN(auto rk, Client(bootstrap));
+  char err[512];
+  rd_kafka_AdminOptions_t* options = rd_kafka_AdminOptions_new(rk.get(), op);
+  rd_kafka_AdminOptions_set_operation_timeout(options, 30000, err, sizeof err);
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk.get());
+  Status st = send(rk.get(), options, queue);
+  rd_kafka_event_t* ev = st.ok() ? rd_kafka_queue_poll(queue, 45000) : nullptr;
+  if (st.ok() && ev == nullptr) st = DeadlineExceededError("no Admin API answer in 45 s");
+  if (ev != nullptr && rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    st = UnavailableError(std::string("Admin API: ") + rd_kafka_event_error_string(ev));
+  } else if (ev != nullptr) {
+    const rd_kafka_topic_result_t** results = nullptr;
+    size_t n = 0;
+    if (const auto* c = rd_kafka_event_CreateTopics_result(ev)) {
+      results = rd_kafka_CreateTopics_result_topics(c, &n);
+    } else if (const auto* d = rd_kafka_event_DeleteTopics_result(ev)) {
+      results = rd_kafka_DeleteTopics_result_topics(d, &n);
+    }
+    for (size_t i = 0; i < n && st.ok(); ++i) {
+      const rd_kafka_resp_err_t e = rd_kafka_topic_result_error(results[i]);
+      if (e == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+      const std::string what = std::string(rd_kafka_topic_result_name(results[i])) + ": " +
+                               (rd_kafka_topic_result_error_string(results[i])
+                                    ? rd_kafka_topic_result_error_string(results[i])
+                                    : rd_kafka_err2str(e));
+      st = e == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS ? AlreadyExistsError(what)
+                                                       : UnavailableError(what);
+    }
+  }
+  if (ev != nullptr) rd_kafka_event_destroy(ev);
+  rd_kafka_queue_destroy(queue);
+  rd_kafka_AdminOptions_destroy(options);
+  return st;
+}
+
 ApacheKafka* g_cluster = nullptr;
 char g_dir[256] = "";  // plain storage: still there when the atexit handler runs
 
@@ -57,8 +110,10 @@ void StopAtExit() {
 }  // namespace
 
 std::string ApacheKafka::SkipReason() {
-  const char* kind = std::getenv("WALRELAY_TEST_KAFKA");
-  if (kind != nullptr && std::string(kind) == "apache") return "";
+  for (const char* var : {"WALRELAY_TEST_KAFKA", "WALRELAY_TEST_BROKER"}) {
+    const char* kind = std::getenv(var);
+    if (kind != nullptr && std::string(kind) == "apache") return "";
+  }
   return "needs the Apache Kafka cluster: run with WALRELAY_TEST_KAFKA=apache (scripts/kafka.sh "
          "starts it; CI does)";
 }
@@ -120,10 +175,72 @@ std::string ApacheKafka::UniqueTopic(const std::string& prefix) {
 
 Status ApacheKafka::CreateTopic(const std::string& name, int partitions,
                                 const std::vector<std::string>& configs) {
-  std::vector<std::string> args = {"topic", "--dir", dir_, name, std::to_string(partitions)};
-  args.insert(args.end(), configs.begin(), configs.end());
-  WALRELAY_RETURN_IF_ERROR(Script(args));
+  // A topic of the same name deleted a moment ago may still be going: retry that a while.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    Status st = AdminRequest(bootstrap_, RD_KAFKA_ADMIN_OP_CREATETOPICS, [&](rd_kafka_t* rk,
+                                                                             auto* options,
+                                                                             auto* queue) {
+      char err[512];
+      rd_kafka_NewTopic_t* topic =
+          rd_kafka_NewTopic_new(name.c_str(), partitions, brokers_, err, sizeof err);
+      if (topic == nullptr) return InvalidArgumentError("topic " + name + ": " + err);
+      for (const std::string& kv : configs) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos) {
+          rd_kafka_NewTopic_destroy(topic);
+          return InvalidArgumentError("topic config " + kv + " is not key=value");
+        }
+        rd_kafka_NewTopic_set_config(topic, kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str());
+      }
+      rd_kafka_CreateTopics(rk, &topic, 1, options, queue);
+      rd_kafka_NewTopic_destroy(topic);
+      return Status::Ok();
+    });
+    if (st.ok()) break;
+    if (st.code() != StatusCode::kAlreadyExists || std::chrono::steady_clock::now() > deadline) {
+      return st;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
   return WaitFullIsr(name, partitions, std::chrono::seconds(60));
+}
+
+Status ApacheKafka::DeleteAllTopics() {
+  auto list = [&]() -> Result<std::vector<std::string>> {
+    WALRELAY_ASSIGN_OR_RETURN(auto rk, Client(bootstrap_));
+    const rd_kafka_metadata_t* md = nullptr;
+    const rd_kafka_resp_err_t e = rd_kafka_metadata(rk.get(), 1, nullptr, &md, 10000);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return UnavailableError(std::string("metadata of every topic: ") + rd_kafka_err2str(e));
+    }
+    std::vector<std::string> names;
+    for (int i = 0; i < md->topic_cnt; ++i) {
+      if (std::string_view(md->topics[i].topic).substr(0, 2) != "__") {
+        names.emplace_back(md->topics[i].topic);
+      }
+    }
+    rd_kafka_metadata_destroy(md);
+    return names;
+  };
+  WALRELAY_ASSIGN_OR_RETURN(auto names, list());
+  if (names.empty()) return Status::Ok();
+  WALRELAY_RETURN_IF_ERROR(AdminRequest(
+      bootstrap_, RD_KAFKA_ADMIN_OP_DELETETOPICS, [&](rd_kafka_t* rk, auto* options, auto* queue) {
+        std::vector<rd_kafka_DeleteTopic_t*> topics;
+        for (const auto& n : names) topics.push_back(rd_kafka_DeleteTopic_new(n.c_str()));
+        rd_kafka_DeleteTopics(rk, topics.data(), topics.size(), options, queue);
+        rd_kafka_DeleteTopic_destroy_array(topics.data(), topics.size());
+        return Status::Ok();
+      }));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    WALRELAY_ASSIGN_OR_RETURN(names, list());
+    if (names.empty()) return Status::Ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return DeadlineExceededError("topics still listed 60 s after their deletion: " + names[0] +
+                               ", ...");
 }
 
 Result<std::vector<std::string>> ApacheKafka::JavaConsume(const std::string& topic, int count) {
@@ -176,13 +293,8 @@ Status ApacheKafka::ResumeBroker(int id) {
 
 Result<std::vector<ApacheKafka::PartitionState>> ApacheKafka::Describe(const std::string& topic,
                                                                        int partitions) {
-  char err[512];
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), err, sizeof err);
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-  if (rk == nullptr) return InternalError(std::string("rd_kafka_new: ") + err);
-  std::unique_ptr<rd_kafka_t, void (*)(rd_kafka_t*)> handle(rk, rd_kafka_destroy);
+  WALRELAY_ASSIGN_OR_RETURN(auto handle, Client(bootstrap_));
+  rd_kafka_t* rk = handle.get();
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
   std::unique_ptr<rd_kafka_topic_t, void (*)(rd_kafka_topic_t*)> topic_handle(
       rkt, rd_kafka_topic_destroy);

@@ -3,9 +3,10 @@
 // real cluster can run: leader changes, in-sync replicas, paused brokers, topic limits,
 // ACLs, SASL_SSL.
 //
-// Which broker a test run uses: WALRELAY_TEST_KAFKA=apache selects this cluster (CI sets
-// it); unset or `dev`, the tests that need it skip, saying how to run them
-// (ApacheKafka::SkipReason). One cluster per test program, started at the first Shared()
+// Which broker a test run uses: WALRELAY_TEST_KAFKA=apache selects this cluster for the
+// tests only it can run (CI sets it); unset or `dev`, they skip, saying how to run them
+// (ApacheKafka::SkipReason). WALRELAY_TEST_BROKER=apache runs the relay and inbox suites on
+// it too (tests/support/test_broker.h). One cluster per test program, started at the first Shared()
 // call in a directory of its own and stopped when the program exits (kafka.sh's watcher
 // stops it too if the program is killed). Tests share it: each creates topics of its own
 // (UniqueTopic) and leaves every broker running and resumed (RestoreAll) when it ends.
@@ -26,7 +27,8 @@ class ApacheKafka {
   // The program's cluster, started at the first call (about 20 s; the first run on a
   // machine also resolves Kafka's jars from Maven Central). Errors say what failed.
   static Result<ApacheKafka*> Shared();
-  // Empty when WALRELAY_TEST_KAFKA=apache; otherwise why the test skips.
+  // Empty when WALRELAY_TEST_KAFKA=apache or WALRELAY_TEST_BROKER=apache; otherwise why
+  // the test skips.
   static std::string SkipReason();
 
   int brokers() const { return brokers_; }
@@ -47,10 +49,14 @@ class ApacheKafka {
 
   // A topic name no other test uses: "<prefix>.<n>.<pid>".
   std::string UniqueTopic(const std::string& prefix);
-  // Creates `name` (replication factor 3) with topic configs "key=value"; waits until
-  // every partition has a leader and a full ISR.
+  // Creates `name` (replication factor: every broker) with topic configs "key=value"
+  // (Kafka's Admin API, through librdkafka); waits until every partition has a leader and
+  // a full ISR.
   Status CreateTopic(const std::string& name, int partitions,
                      const std::vector<std::string>& configs = {});
+  // Deletes every topic but Kafka's own (__consumer_offsets, ...) and returns once the
+  // cluster's metadata lists none of them.
+  Status DeleteAllTopics();
 
   // The Java clients of the cluster's Kafka version (kafka.sh consume / produce): reads
   // `count` records of `topic` from the beginning, one line each, "CreateTime:<ms>\t
