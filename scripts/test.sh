@@ -8,8 +8,10 @@
 #                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
 #                            the chaos run (scripts/chaos.sh, 30,000 events, on the dev broker and
 #                            on Apache Kafka) and its check that it
-#                            reports loss when the relay confirms before acks, a smoke run of
-#                            every benchmark program, and the threaded tests under ThreadSanitizer.
+#                            reports loss when the relay confirms before acks, the Debian
+#                            packages built, installed, checked and purged (as root:
+#                            scripts/package-check.sh), a smoke run of every benchmark program,
+#                            and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 #   scripts/test.sh --suites-on-apache
 #                            the main build, then the relay and inbox integration suites run
@@ -118,6 +120,13 @@ if command -v systemd-analyze >/dev/null; then
     echo "packaging/systemd/walrelay.service: systemd-analyze verify complained" >&2
     exit 1
   fi
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  step "Debian packages (scripts/package-check.sh: production build, cpack, dpkg -i, checks, purge)"
+  JOBS="$JOBS" bash scripts/package-check.sh "$BUILD_ROOT/pkg"
+else
+  step "Debian packages: skipped (scripts/package-check.sh installs packages: needs root, as CI runs)"
 fi
 
 step "benchmark smoke runs"
