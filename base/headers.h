@@ -36,6 +36,13 @@ constexpr bool SameNameIgnoringCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// W3C Trace Context (https://www.w3.org/TR/trace-context/): the caller's span, written by
+// the outbox helper (outbox::OutboxEvent::trace) as row headers, published unchanged,
+// handed to the inbox handler (inbox::InboxMessage::traceparent()). Not reserved: a row's
+// headers column may carry them itself.
+inline constexpr std::string_view kTraceparent = "traceparent";
+inline constexpr std::string_view kTracestate = "tracestate";
+
 // Added by the inbox library to a dead-letter topic record, after the original headers.
 inline constexpr std::string_view kDlqReason = "walrelay.dlq.reason";
 inline constexpr std::string_view kDlqConsumer = "walrelay.dlq.consumer";

@@ -109,6 +109,11 @@ struct InboxMessage {
 
   // The first header named `name`, or nullopt.
   std::optional<std::string_view> Header(std::string_view name) const;
+  // The writer's W3C trace context (outbox::OutboxEvent::trace, or `traceparent` and
+  // `tracestate` in the row's headers column), unchanged; empty when the record has none.
+  // Give both to your tracer's propagator to continue the writer's trace in the handler.
+  std::string_view traceparent() const { return Header(headers::kTraceparent).value_or(""); }
+  std::string_view tracestate() const { return Header(headers::kTracestate).value_or(""); }
 };
 
 // A query parameter in text form; nullopt is SQL NULL.

@@ -115,7 +115,22 @@ Status Exec(PGconn* conn, const std::string& sql, const std::vector<const char*>
   return ExecResult(conn, sql, values, context).status();
 }
 
-std::string HeadersJson(const std::map<std::string, std::string>& headers) {
+bool IsLowerHex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// The event's headers, with its trace context (checked by Check) added.
+std::string HeadersJson(const OutboxEvent& event) {
+  std::map<std::string, std::string> headers = event.headers;
+  if (event.trace) {
+    headers[std::string(headers::kTraceparent)] = event.trace->traceparent;
+    if (!event.trace->tracestate.empty()) {
+      headers[std::string(headers::kTracestate)] = event.trace->tracestate;
+    }
+  }
   std::string out = "{";
   for (const auto& [name, value] : headers) {
     if (out.size() > 1) out += ',';
@@ -264,6 +279,38 @@ OutboxWriter::OutboxWriter(OutboxTarget target) : target_(std::move(target)) {
   }
 }
 
+Status CheckTraceContext(const TraceContext& trace) {
+  const std::string_view tp = trace.traceparent;
+  auto refuse = [&](std::string_view why) {
+    return InvalidArgumentError("outbox: traceparent \"" + std::string(tp.substr(0, 80)) +
+                                "\" is not a W3C traceparent: " + std::string(why));
+  };
+  // version "-" trace-id "-" parent-id "-" flags, and for versions after 00 maybe more.
+  if (tp.size() < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-') {
+    return refuse("want 00-<32 hex>-<16 hex>-<2 hex>");
+  }
+  const std::string_view version = tp.substr(0, 2), trace_id = tp.substr(3, 32),
+                         parent_id = tp.substr(36, 16), flags = tp.substr(53, 2);
+  if (!IsLowerHex(version) || !IsLowerHex(trace_id) || !IsLowerHex(parent_id) ||
+      !IsLowerHex(flags)) {
+    return refuse("fields must be lower-case hex");
+  }
+  if (version == "ff") return refuse("version ff is invalid");
+  if (version == "00" && tp.size() != 55) return refuse("version 00 is exactly 55 characters");
+  if (version != "00" && tp.size() > 55 && tp[55] != '-') return refuse("bad field after flags");
+  if (trace_id == std::string(32, '0')) return refuse("the trace id is all zeros");
+  if (parent_id == std::string(16, '0')) return refuse("the parent id is all zeros");
+  if (trace.tracestate.size() > 512) {
+    return InvalidArgumentError("outbox: tracestate is longer than 512 characters");
+  }
+  for (unsigned char c : trace.tracestate) {
+    if (c < 0x20 || c > 0x7e) {
+      return InvalidArgumentError("outbox: tracestate has a character outside printable ASCII");
+    }
+  }
+  return Status::Ok();
+}
+
 Status OutboxWriter::Check(PGconn* conn, const OutboxEvent& event, bool table_path) const {
   WALRELAY_RETURN_IF_ERROR(CheckTransaction(conn));
   if (event.aggregate_id.empty()) return InvalidArgumentError("outbox: aggregate_id is empty");
@@ -274,6 +321,16 @@ Status OutboxWriter::Check(PGconn* conn, const OutboxEvent& event, bool table_pa
              (event.topic && HasNul(*event.topic));
   for (const auto& [k, v] : event.headers) nul = nul || HasNul(k) || HasNul(v);
   if (nul) return InvalidArgumentError("outbox: a field contains a NUL byte");
+  if (event.trace) {
+    WALRELAY_RETURN_IF_ERROR(CheckTraceContext(*event.trace));
+    for (const auto& [k, v] : event.headers) {
+      if (headers::SameNameIgnoringCase(k, headers::kTraceparent) ||
+          headers::SameNameIgnoringCase(k, headers::kTracestate)) {
+        return InvalidArgumentError("outbox: header " + k +
+                                    " is set and so is the event's trace context: set one");
+      }
+    }
+  }
   if (table_path) {
     const relay::OutboxColumns& c = target_.columns;
     if (c.event_id.empty() || c.aggregate_id.empty() || c.event_type.empty() || c.payload.empty()) {
@@ -286,8 +343,9 @@ Status OutboxWriter::Check(PGconn* conn, const OutboxEvent& event, bool table_pa
     if (c.topic.empty() && event.topic) {
       return InvalidArgumentError("outbox: topic set but the table has no topic column");
     }
-    if (c.headers.empty() && !event.headers.empty()) {
-      return InvalidArgumentError("outbox: headers set but the table has no headers column");
+    if (c.headers.empty() && (!event.headers.empty() || event.trace)) {
+      return InvalidArgumentError(
+          "outbox: headers or a trace context set but the table has no headers column");
     }
   }
   return Status::Ok();
@@ -297,7 +355,8 @@ Status OutboxWriter::Append(PGconn* conn, const OutboxEvent& event,
                             std::string* event_id_out) const {
   WALRELAY_RETURN_IF_ERROR(Check(conn, event, /*table_path=*/true));
   const std::string id = event.event_id.empty() ? NewUuidV7() : event.event_id;
-  const std::string headers = HeadersJson(event.headers);
+  const std::string headers = HeadersJson(event);
+  const bool no_headers = event.headers.empty() && !event.trace;
   const relay::OutboxColumns& c = target_.columns;
   std::vector<const char*> values = {id.c_str()};
   if (!c.aggregate_type.empty()) {
@@ -307,7 +366,7 @@ Status OutboxWriter::Append(PGconn* conn, const OutboxEvent& event,
   if (!c.topic.empty()) values.push_back(event.topic ? event.topic->c_str() : nullptr);
   values.push_back(event.event_type.c_str());
   values.push_back(event.payload.c_str());
-  if (!c.headers.empty()) values.push_back(event.headers.empty() ? nullptr : headers.c_str());
+  if (!c.headers.empty()) values.push_back(no_headers ? nullptr : headers.c_str());
   WALRELAY_ASSIGN_OR_RETURN(
       ResultPtr inserted,
       ExecResult(conn, insert_sql_, values, "outbox: insert into " + target_.table));
@@ -335,7 +394,7 @@ Status OutboxWriter::AppendMessage(PGconn* conn, const OutboxEvent& event,
                                    std::string* event_id_out) const {
   WALRELAY_RETURN_IF_ERROR(Check(conn, event, /*table_path=*/false));
   const std::string id = event.event_id.empty() ? NewUuidV7() : event.event_id;
-  const std::string headers = HeadersJson(event.headers);
+  const std::string headers = HeadersJson(event);
   // The envelope is built by PostgreSQL from separate parameters: the payload is parsed
   // as one JSON value on its own ($7::jsonb), so it can neither be malformed nor smuggle
   // extra envelope fields in; jsonb_build_object does the string escaping.

@@ -120,6 +120,22 @@ class UuidV7Generator {
 // database).
 using ::walrelay::JsonQuote;
 
+// The caller's W3C trace context (https://www.w3.org/TR/trace-context/), e.g. from its
+// tracer's propagator. Written as the row's headers `traceparent` and `tracestate`, so the
+// record carries them unchanged and the consumer continues the trace (the inbox library:
+// InboxMessage::traceparent()). Append refuses (kInvalidArgument) a traceparent that is
+// not "<2 hex version>-<32 hex trace id>-<16 hex parent id>-<2 hex flags>" (lower-case
+// hex, ids not all zero, version not ff; version 00 is exactly 55 characters), a
+// tracestate longer than 512 characters or with characters outside printable ASCII, and
+// an event whose headers already name either header.
+struct TraceContext {
+  std::string traceparent;  // required
+  std::string tracestate;   // empty: no tracestate header
+};
+
+// kInvalidArgument with the reason when `trace` is not a W3C trace context (above).
+Status CheckTraceContext(const TraceContext& trace);
+
 // The event. Text fields must not contain NUL bytes (kInvalidArgument).
 struct OutboxEvent {
   std::string event_id;              // empty: a new UUIDv7. The table's column is uuid by default,
@@ -130,6 +146,7 @@ struct OutboxEvent {
   std::string event_type;            // required
   std::string payload;               // required: JSON text (any JSON value)
   std::map<std::string, std::string> headers;  // extra Kafka headers
+  std::optional<TraceContext> trace;           // the caller's trace context, if it has one
 };
 
 // Where Append() writes. Defaults: table public.outbox with the documented column names.

@@ -4,6 +4,7 @@
 #include "src/inbox/inbox.h"
 
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
@@ -15,7 +16,9 @@
 #include <thread>
 
 #include "src/inbox/examples/ledger.h"
+#include "src/outbox/outbox.h"
 #include "src/relay/commands/republish.h"
+#include "src/relay/run/relay.h"
 #include "src/relay/core/schema.h"
 #include "tests/inbox/inbox_test_util.h"
 #include "tests/kafka/test_consumer.h"
@@ -918,6 +921,72 @@ TEST_F(InboxTest, ConsumerStartsSoonAfterTheTopicIsCreated) {
   (*consumer)->Stop();
   runner.join();
   EXPECT_TRUE(run_status.ok()) << run_status.ToString();
+}
+
+// Issue 32: the writer's W3C trace context reaches the handler unchanged, through an
+// outbox row and through a table-less message: writer (outbox helper) -> relay -> record
+// -> inbox handler. An event written without one arrives without one.
+TEST_F(InboxTest, WritersTraceContextReachesTheHandlerUnchanged) {
+  ASSERT_TRUE(kafka_->CreateTopic("outbox.payment", 1).ok());
+  ASSERT_TRUE(pg_->Exec(relay::OutboxTableDdl("public.outbox")).ok());
+  relay::RelayConfig rc;
+  rc.source_dsn = pg_->conninfo();
+  rc.bootstrap_servers = kafka_->bootstraps();
+  rc.message_prefix = std::string(relay::kDefaultMessagePrefix);
+  rc.status_interval = 100ms;
+  relay::Relay relay(rc);
+  Status relay_status;
+  std::thread relay_thread([&] { relay_status = relay.Run(); });
+  EXPECT_TRUE(WaitFor([&] { return relay.stats().streaming.load() == 1; }, 30s));
+
+  const outbox::TraceContext row_trace = {
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=00f067aa0ba902b7"};
+  const outbox::TraceContext message_trace = {
+      "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", ""};
+  auto event = [](const std::string& wallet, std::optional<outbox::TraceContext> trace) {
+    outbox::OutboxEvent e;
+    e.aggregate_type = "payment";
+    e.aggregate_id = wallet;
+    e.event_type = "PaymentMade";
+    e.payload = R"({"amount": 1})";
+    e.trace = std::move(trace);
+    return e;
+  };
+  std::unique_ptr<PGconn, void (*)(PGconn*)> conn(PQconnectdb(pg_->conninfo().c_str()), PQfinish);
+  ASSERT_EQ(PQstatus(conn.get()), CONNECTION_OK);
+  PQclear(PQexec(conn.get(), "BEGIN"));
+  std::string row_id, message_id, plain_id;
+  ASSERT_TRUE(outbox::Append(conn.get(), event("w-1", row_trace), &row_id).ok());
+  ASSERT_TRUE(outbox::AppendMessage(conn.get(), event("w-2", message_trace), &message_id).ok());
+  ASSERT_TRUE(outbox::Append(conn.get(), event("w-3", std::nullopt), &plain_id).ok());
+  PQclear(PQexec(conn.get(), "COMMIT"));
+
+  std::mutex mu;
+  std::map<std::string, std::pair<std::string, std::string>> seen;  // event id -> trace
+  std::map<std::string, size_t> tracestate_headers;                  // event id -> count
+  Handler handler = [&](const InboxMessage& m, Transaction&) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen[std::string(m.event_id)] = {std::string(m.traceparent()), std::string(m.tracestate())};
+    for (const auto& [name, value] : m.headers) {
+      if (name == "tracestate") ++tracestate_headers[std::string(m.event_id)];
+    }
+    return Status::Ok();
+  };
+  InboxStats s = RunUntil(Options("g-trace", "outbox.payment"), handler,
+                          [](const InboxStats& st) { return st.applied >= 3; });
+  relay.RequestStop();
+  relay_thread.join();
+  EXPECT_TRUE(relay_status.ok()) << relay_status.ToString();
+  EXPECT_EQ(s.applied, 3u);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[row_id].first, row_trace.traceparent);
+  EXPECT_EQ(seen[row_id].second, row_trace.tracestate);
+  EXPECT_EQ(seen[message_id].first, message_trace.traceparent);
+  EXPECT_EQ(seen[message_id].second, "");
+  EXPECT_EQ(tracestate_headers[message_id], 0u) << "an empty tracestate is no header";
+  EXPECT_EQ(seen[plain_id].first, "");
+  EXPECT_EQ(seen[plain_id].second, "");
 }
 
 }  // namespace

@@ -302,6 +302,40 @@ std::string MessageContent(const std::string& line) {
   return pos == std::string::npos ? "" : line.substr(pos + marker.size());
 }
 
+// Issue 32: the caller's W3C trace context is stored as the row's traceparent and
+// tracestate headers; a header of the same name besides it, or a trace context for a table
+// without a headers column, is refused rather than one silently winning.
+TEST_F(OutboxTest, TraceContextIsStoredAsHeadersAndNeverTwice) {
+  OutboxEvent e = Payment("wallet-t");
+  e.trace = TraceContext{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=1"};
+  Run(conn_.get(), "BEGIN");
+  std::string id;
+  Status st = Append(conn_.get(), e, &id);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  Run(conn_.get(), "COMMIT");
+  EXPECT_EQ(Scalar("SELECT headers::text FROM outbox WHERE event_id = '" + id + "'"),
+            R"({"tracestate": "rojo=1", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})");
+
+  Run(conn_.get(), "BEGIN");
+  e.headers = {{"TraceParent", "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"}};
+  st = Append(conn_.get(), e);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("set one"), std::string::npos) << st.message();
+  e.headers.clear();
+  e.trace->traceparent = "not-a-trace";
+  st = Append(conn_.get(), e);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("not a W3C traceparent"), std::string::npos) << st.message();
+  OutboxTarget no_headers;
+  no_headers.columns.headers = "";
+  e.trace->traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  st = OutboxWriter(no_headers).Append(conn_.get(), e);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("no headers column"), std::string::npos) << st.message();
+  Run(conn_.get(), "ROLLBACK");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM outbox"), "1");
+}
+
 TEST_F(OutboxTest, AppendMessageIsReadByTheRelaysMapper) {
   ASSERT_TRUE(
       cluster_->Exec("SELECT pg_create_logical_replication_slot('outbox_msg', 'test_decoding')")
