@@ -43,6 +43,16 @@ constexpr bool SameNameIgnoringCase(std::string_view a, std::string_view b) {
 inline constexpr std::string_view kTraceparent = "traceparent";
 inline constexpr std::string_view kTracestate = "tracestate";
 
+// CloudEvents' Kafka protocol binding (outbox.format cloudevents-binary / -structured):
+// the attribute headers walrelay writes, and the content type of the value.
+inline constexpr std::string_view kCloudEventsPrefix = "ce_";
+inline constexpr std::string_view kCeSpecversion = "ce_specversion";
+inline constexpr std::string_view kCeId = "ce_id";
+inline constexpr std::string_view kCeSource = "ce_source";
+inline constexpr std::string_view kCeType = "ce_type";
+inline constexpr std::string_view kCeTime = "ce_time";
+inline constexpr std::string_view kContentType = "content-type";
+
 // Added by the inbox library to a dead-letter topic record, after the original headers.
 inline constexpr std::string_view kDlqReason = "walrelay.dlq.reason";
 inline constexpr std::string_view kDlqConsumer = "walrelay.dlq.consumer";

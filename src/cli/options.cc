@@ -334,6 +334,23 @@ std::vector<OptionSpec> BuildRunOptions() {
                      &RelayConfig::value_format,
                      {{"raw", relay::TextFormat::kRaw},
                       {"json-string", relay::TextFormat::kJsonString}}));
+  o.push_back(Choice("outbox.format",
+                     "What a record looks like: walrelay (the payload as the value, the "
+                     "contract's headers), cloudevents-binary (CloudEvents 1.0 Kafka binding, "
+                     "binary mode: ce_specversion, ce_id = event id, ce_source, ce_type = event "
+                     "type, ce_time = commit time and content-type headers, the payload as the "
+                     "value) or cloudevents-structured (the value is one CloudEvents JSON "
+                     "document with the payload as data). The contract's headers are on every "
+                     "record in each format (docs/inbox-contract.md).",
+                     &RelayConfig::record_format,
+                     {{"walrelay", relay::RecordFormat::kWalrelay},
+                      {"cloudevents-binary", relay::RecordFormat::kCloudEventsBinary},
+                      {"cloudevents-structured", relay::RecordFormat::kCloudEventsStructured}}));
+  o.push_back(Str("outbox.cloudevents_source",
+                  "The CloudEvents source attribute (a URI-reference naming where the events "
+                  "come from, e.g. /billing/payments) with a cloudevents format; empty: "
+                  "/walrelay/<slot>.",
+                  &RelayConfig::cloudevents_source));
   o.push_back(Str("outbox.topic_template",
                   "Topic when the row's topic column is absent or NULL; ${aggregate_type}, "
                   "${event_type} and ${table} are substituted.",

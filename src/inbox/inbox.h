@@ -116,6 +116,23 @@ struct InboxMessage {
   std::string_view tracestate() const { return Header(headers::kTracestate).value_or(""); }
 };
 
+// The CloudEvent a record carries (CloudEvents 1.0, Kafka protocol binding; the relay's
+// outbox.format cloudevents-binary or cloudevents-structured). Binary mode: the ce_*
+// headers and the value as data. Structured mode (content-type
+// application/cloudevents+json): the value's members, `data` as its JSON text, or the
+// bytes of `data_base64`. Attributes a record does not carry are empty.
+struct CloudEvent {
+  std::string specversion, id, source, type;  // required by the spec
+  std::string time, datacontenttype, subject;
+  std::string data;
+};
+
+// nullopt when `message` is not a CloudEvent (no ce_specversion header, and no
+// application/cloudevents+json content type); kInvalidArgument with the reason when it
+// claims to be one but a required attribute is missing or empty, specversion is not 1.x,
+// or a structured value is not a JSON object (a handler may dead-letter it with that).
+Result<std::optional<CloudEvent>> ReadCloudEvent(const InboxMessage& message);
+
 // A query parameter in text form; nullopt is SQL NULL.
 struct Param {
   Param(std::nullopt_t) {}                              // NOLINT: implicit

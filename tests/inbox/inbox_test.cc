@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -86,6 +87,59 @@ class InboxTest : public ::testing::Test {
     runner.join();
     EXPECT_TRUE(run_status.ok()) << run_status.ToString();
     return c.stats();
+  }
+
+  // Runs `body` while a relay streams public.outbox (created here) to the suite's Kafka
+  // with `rc`'s options (source and brokers filled in), then stops it.
+  void WithRelay(relay::RelayConfig rc, const std::function<void()>& body) {
+    auto exists = pg_->QueryScalar("SELECT to_regclass('public.outbox') IS NOT NULL");
+    ASSERT_TRUE(exists.ok()) << exists.status().ToString();
+    if (*exists != "t") {
+      ASSERT_TRUE(pg_->Exec(relay::OutboxTableDdl("public.outbox")).ok());
+    }
+    rc.source_dsn = pg_->conninfo();
+    rc.bootstrap_servers = kafka_->bootstraps();
+    rc.status_interval = 100ms;
+    relay::Relay relay(rc);
+    Status relay_status;
+    std::thread relay_thread([&] { relay_status = relay.Run(); });
+    EXPECT_TRUE(WaitFor([&] { return relay.stats().streaming.load() == 1; }, 30s));
+    body();
+    relay.RequestStop();
+    relay_thread.join();
+    EXPECT_TRUE(relay_status.ok()) << relay_status.ToString();
+  }
+
+  // Commits `events` in one transaction with the outbox helper (a table row each, or a
+  // table-less message where `message` is true); returns their event ids.
+  std::vector<std::string> WriteOutbox(const std::vector<outbox::OutboxEvent>& events,
+                                       const std::vector<bool>& message = {}) {
+    std::unique_ptr<PGconn, void (*)(PGconn*)> conn(PQconnectdb(pg_->conninfo().c_str()),
+                                                    PQfinish);
+    EXPECT_EQ(PQstatus(conn.get()), CONNECTION_OK);
+    PQclear(PQexec(conn.get(), "BEGIN"));
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < events.size(); ++i) {
+      std::string id;
+      const bool as_message = i < message.size() && message[i];
+      const Status st = as_message ? outbox::AppendMessage(conn.get(), events[i], &id)
+                                   : outbox::Append(conn.get(), events[i], &id);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      ids.push_back(id);
+    }
+    PQclear(PQexec(conn.get(), "COMMIT"));
+    return ids;
+  }
+
+  static outbox::OutboxEvent PaymentEvent(const std::string& type, const std::string& wallet,
+                                          std::optional<outbox::TraceContext> trace = {}) {
+    outbox::OutboxEvent e;
+    e.aggregate_type = type;
+    e.aggregate_id = wallet;
+    e.event_type = "PaymentMade";
+    e.payload = R"({"amount": 1})";
+    e.trace = std::move(trace);
+    return e;
   }
 
   std::unique_ptr<TestCluster> pg_;
@@ -928,56 +982,36 @@ TEST_F(InboxTest, ConsumerStartsSoonAfterTheTopicIsCreated) {
 // -> inbox handler. An event written without one arrives without one.
 TEST_F(InboxTest, WritersTraceContextReachesTheHandlerUnchanged) {
   ASSERT_TRUE(kafka_->CreateTopic("outbox.payment", 1).ok());
-  ASSERT_TRUE(pg_->Exec(relay::OutboxTableDdl("public.outbox")).ok());
   relay::RelayConfig rc;
-  rc.source_dsn = pg_->conninfo();
-  rc.bootstrap_servers = kafka_->bootstraps();
   rc.message_prefix = std::string(relay::kDefaultMessagePrefix);
-  rc.status_interval = 100ms;
-  relay::Relay relay(rc);
-  Status relay_status;
-  std::thread relay_thread([&] { relay_status = relay.Run(); });
-  EXPECT_TRUE(WaitFor([&] { return relay.stats().streaming.load() == 1; }, 30s));
-
   const outbox::TraceContext row_trace = {
       "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=00f067aa0ba902b7"};
   const outbox::TraceContext message_trace = {
       "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", ""};
-  auto event = [](const std::string& wallet, std::optional<outbox::TraceContext> trace) {
-    outbox::OutboxEvent e;
-    e.aggregate_type = "payment";
-    e.aggregate_id = wallet;
-    e.event_type = "PaymentMade";
-    e.payload = R"({"amount": 1})";
-    e.trace = std::move(trace);
-    return e;
-  };
-  std::unique_ptr<PGconn, void (*)(PGconn*)> conn(PQconnectdb(pg_->conninfo().c_str()), PQfinish);
-  ASSERT_EQ(PQstatus(conn.get()), CONNECTION_OK);
-  PQclear(PQexec(conn.get(), "BEGIN"));
-  std::string row_id, message_id, plain_id;
-  ASSERT_TRUE(outbox::Append(conn.get(), event("w-1", row_trace), &row_id).ok());
-  ASSERT_TRUE(outbox::AppendMessage(conn.get(), event("w-2", message_trace), &message_id).ok());
-  ASSERT_TRUE(outbox::Append(conn.get(), event("w-3", std::nullopt), &plain_id).ok());
-  PQclear(PQexec(conn.get(), "COMMIT"));
-
   std::mutex mu;
   std::map<std::string, std::pair<std::string, std::string>> seen;  // event id -> trace
   std::map<std::string, size_t> tracestate_headers;                  // event id -> count
-  Handler handler = [&](const InboxMessage& m, Transaction&) {
-    std::lock_guard<std::mutex> lock(mu);
-    seen[std::string(m.event_id)] = {std::string(m.traceparent()), std::string(m.tracestate())};
-    for (const auto& [name, value] : m.headers) {
-      if (name == "tracestate") ++tracestate_headers[std::string(m.event_id)];
-    }
-    return Status::Ok();
-  };
-  InboxStats s = RunUntil(Options("g-trace", "outbox.payment"), handler,
-                          [](const InboxStats& st) { return st.applied >= 3; });
-  relay.RequestStop();
-  relay_thread.join();
-  EXPECT_TRUE(relay_status.ok()) << relay_status.ToString();
-  EXPECT_EQ(s.applied, 3u);
+  std::vector<std::string> ids;
+  WithRelay(rc, [&] {
+    ids = WriteOutbox({PaymentEvent("payment", "w-1", row_trace),
+                       PaymentEvent("payment", "w-2", message_trace),
+                       PaymentEvent("payment", "w-3")},
+                      {false, true, false});
+    Handler handler = [&](const InboxMessage& m, Transaction&) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen[std::string(m.event_id)] = {std::string(m.traceparent()),
+                                       std::string(m.tracestate())};
+      for (const auto& [name, value] : m.headers) {
+        if (name == "tracestate") ++tracestate_headers[std::string(m.event_id)];
+      }
+      return Status::Ok();
+    };
+    InboxStats s = RunUntil(Options("g-trace", "outbox.payment"), handler,
+                            [](const InboxStats& st) { return st.applied >= 3; });
+    EXPECT_EQ(s.applied, 3u);
+  });
+  ASSERT_EQ(ids.size(), 3u);
+  const std::string &row_id = ids[0], &message_id = ids[1], &plain_id = ids[2];
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[row_id].first, row_trace.traceparent);
@@ -987,6 +1021,64 @@ TEST_F(InboxTest, WritersTraceContextReachesTheHandlerUnchanged) {
   EXPECT_EQ(tracestate_headers[message_id], 0u) << "an empty tracestate is no header";
   EXPECT_EQ(seen[plain_id].first, "");
   EXPECT_EQ(seen[plain_id].second, "");
+}
+
+// Issue 32: outbox.format cloudevents-binary and cloudevents-structured, end to end: the
+// outbox helper writes, the relay publishes, the inbox library reads each record back as a
+// CloudEvent with the spec's required attributes (specversion, id = the event id, source,
+// type = the event type), the commit time as an RFC 3339 time, and the payload as data;
+// dedup still works on the contract's event_id header. A record of the walrelay format is
+// no CloudEvent.
+TEST_F(InboxTest, CloudEventsOfBothModesAreReadBackWithTheRequiredAttributes) {
+  const std::regex rfc3339(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
+  for (const auto& [format, name] :
+       {std::pair{relay::RecordFormat::kCloudEventsBinary, "binary"},
+        std::pair{relay::RecordFormat::kCloudEventsStructured, "structured"},
+        std::pair{relay::RecordFormat::kWalrelay, "walrelay"}}) {
+    SCOPED_TRACE(name);
+    const std::string type = std::string("payment_") + name;
+    ASSERT_TRUE(kafka_->CreateTopic("outbox." + type, 1).ok());
+    relay::RelayConfig rc;
+    rc.record_format = format;
+    rc.cloudevents_source = "/billing/payments";
+    std::mutex mu;
+    std::map<std::string, Result<std::optional<CloudEvent>>> read;  // event id -> result
+    std::vector<std::string> ids;
+    WithRelay(rc, [&] {
+      ids = WriteOutbox({PaymentEvent(type, "w-1"), PaymentEvent(type, "w-2")});
+      Handler handler = [&](const InboxMessage& m, Transaction&) {
+        std::lock_guard<std::mutex> lock(mu);
+        read.insert_or_assign(std::string(m.event_id), ReadCloudEvent(m));
+        return Status::Ok();
+      };
+      InboxStats s = RunUntil(Options(std::string("g-ce-") + name, "outbox." + type), handler,
+                              [](const InboxStats& st) { return st.applied >= 2; });
+      EXPECT_EQ(s.applied, 2u);
+    });
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(read.size(), 2u);
+    for (const std::string& id : ids) {
+      auto it = read.find(id);
+      ASSERT_NE(it, read.end()) << id;
+      ASSERT_TRUE(it->second.ok()) << it->second.status().ToString();
+      if (format == relay::RecordFormat::kWalrelay) {
+        EXPECT_FALSE(it->second->has_value());
+        continue;
+      }
+      ASSERT_TRUE(it->second->has_value());
+      const CloudEvent& e = **it->second;
+      EXPECT_EQ(e.specversion, "1.0");
+      EXPECT_EQ(e.id, id);
+      EXPECT_EQ(e.source, "/billing/payments");
+      EXPECT_EQ(e.type, "PaymentMade");
+      EXPECT_TRUE(std::regex_match(e.time, rfc3339)) << e.time;
+      EXPECT_EQ(e.datacontenttype, "application/json");
+      // jsonb's text in binary mode (the value as PostgreSQL wrote it); the JSON value,
+      // minified, from a structured document.
+      EXPECT_EQ(e.data, format == relay::RecordFormat::kCloudEventsBinary ? R"({"amount": 1})"
+                                                                           : R"({"amount":1})");
+    }
+  }
 }
 
 }  // namespace

@@ -58,6 +58,28 @@ TEST(OutboxMapperHeadersTest, ConfiguredHeaderNamesAreReserved) {
   EXPECT_EQ(event.extra_headers.size(), 2u);
 }
 
+// With a CloudEvents outbox.format the binding's headers (ce_*, content-type) are the
+// relay's: a row carrying one is refused, so a record never has two ce_id; with walrelay's
+// format they are ordinary headers.
+TEST(OutboxMapperHeadersTest, CloudEventsHeadersAreReservedWithACloudEventsFormat) {
+  RelayConfig config;
+  config.record_format = RecordFormat::kCloudEventsBinary;
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  for (const char* headers : {R"({"ce_id": "spoofed"})", R"({"CE_Type": "X"})",
+                              R"({"ce_anything": "x"})", R"({"Content-Type": "text/plain"})"}) {
+    Status st = mapper.MapRow("public.outbox", Row(headers), &event);
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << headers;
+    EXPECT_NE(st.message().find("reserved"), std::string::npos) << st.message();
+  }
+  RelayConfig plain;
+  OutboxMapper plain_mapper(plain);
+  ASSERT_TRUE(
+      plain_mapper.MapRow("public.outbox", Row(R"({"ce_id": "x", "content-type": "y"})"), &event)
+          .ok());
+  EXPECT_EQ(event.extra_headers.size(), 2u);
+}
+
 TEST(OutboxMapperHeadersTest, ReservedNamesFromAnEnvelopeAreRefused) {
   RelayConfig config;
   config.message_prefix = std::string(kDefaultMessagePrefix);

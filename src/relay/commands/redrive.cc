@@ -11,7 +11,7 @@
 #include "src/relay/core/outbox_mapper.h"
 #include "src/relay/core/pipeline.h"
 #include "base/position.h"
-#include "src/relay/core/record_headers.h"
+#include "src/relay/core/record_builder.h"
 #include "src/relay/recovery/backfill.h"
 #include "src/relay/commands/republish.h"
 
@@ -107,8 +107,7 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
   });
   OutboxMapper mapper(config);
   OutboxEvent event;
-  std::vector<kafka::Header> headers;
-  std::string position_text;
+  RecordBuilder record(config);
   std::map<std::string, bool> bytea_tables;
   for (const DeadLetterInfo& l : letters) {
     // The row, when it is a configured outbox table's and still there.
@@ -161,10 +160,9 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
     position.xid = static_cast<uint32_t>(l.xid);
     position.recovered = l.recovered;
     position.source = l.source;
-    FormatPosition(position, &position_text);
-    RecordHeaders(event, position_text, config.header_names, &headers);
+    record.Build(event, position);
     outcome[l.id] = "";
-    Status produced = sink->Produce(event.topic, event.key, event.value, headers,
+    Status produced = sink->Produce(event.topic, event.key, record.value(), record.headers(),
                                     static_cast<uint64_t>(l.id), /*timestamp_ms=*/0);
     if (!produced.ok()) outcome[l.id] = "Kafka refused the re-driven record: " + produced.message();
   }

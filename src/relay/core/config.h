@@ -57,6 +57,20 @@ enum class RecordTimestamp {
              // whose commit time is unknown, get the produce time)
 };
 
+// What a record looks like (docs/inbox-contract.md section 1).
+enum class RecordFormat {
+  kWalrelay,  // the value is the payload; the contract's headers
+  // CloudEvents 1.0, Kafka protocol binding (cloudevents/spec kafka-protocol-binding.md),
+  // binary content mode: the value is the payload; ce_specversion, ce_id (event id),
+  // ce_source, ce_type (event type), ce_time (commit time, when known) and content-type
+  // headers besides the contract's.
+  kCloudEventsBinary,
+  // Structured content mode: the value is one CloudEvents JSON document (the attributes
+  // above, the payload as `data`, or `data_base64` for a bytea payload), content-type
+  // application/cloudevents+json; the contract's headers as well.
+  kCloudEventsStructured,
+};
+
 // How a record's key or value carries its column's text.
 enum class TextFormat {
   kRaw,         // the text's bytes as they are (StringConverter)
@@ -153,6 +167,10 @@ struct RelayConfig {
   RecordTimestamp record_timestamp = RecordTimestamp::kProduce;
   TextFormat key_format = TextFormat::kRaw;
   TextFormat value_format = TextFormat::kRaw;
+  // The record format, and the CloudEvents `source` attribute (a URI-reference naming
+  // where events come from; empty: "/walrelay/" + slot).
+  RecordFormat record_format = RecordFormat::kWalrelay;
+  std::string cloudevents_source;
 
   // The outbox janitor (lifecycle/janitor.h): deletes rows older than this that are delivered; 0 =
   // off (the outbox is cleaned by others). Needs columns.created_at.

@@ -60,14 +60,25 @@ std::string_view ExpandTemplate(std::string_view tmpl, std::string_view aggregat
 // type and position names) and the walrelay.* namespace, compared ignoring ASCII case: a
 // second copy from row data would let a consumer that reads the last (or any) header see
 // a spoofed value.
-bool ReservedHeaderName(const HeaderNames& written, std::string_view name) {
-  constexpr std::string_view kPrefix = headers::kReservedPrefix;
+bool HasPrefixIgnoringCase(std::string_view name, std::string_view prefix) {
+  return name.size() >= prefix.size() &&
+         headers::SameNameIgnoringCase(name.substr(0, prefix.size()), prefix);
+}
+
+// A name walrelay writes itself: the contract's (as configured), anything under
+// walrelay., and with a CloudEvents format the binding's (ce_*, content-type).
+bool ReservedHeaderName(const RelayConfig& config, std::string_view name) {
+  const HeaderNames& written = config.header_names;
   for (const std::string* w :
        {&written.event_id, &written.event_type, &written.aggregate_type, &written.position}) {
     if (!w->empty() && headers::SameNameIgnoringCase(name, *w)) return true;
   }
-  return name.size() >= kPrefix.size() &&
-         headers::SameNameIgnoringCase(name.substr(0, kPrefix.size()), kPrefix);
+  if (config.record_format != RecordFormat::kWalrelay &&
+      (HasPrefixIgnoringCase(name, headers::kCloudEventsPrefix) ||
+       headers::SameNameIgnoringCase(name, headers::kContentType))) {
+    return true;
+  }
+  return HasPrefixIgnoringCase(name, headers::kReservedPrefix);
 }
 
 bool ValidTopicName(std::string_view t) {
@@ -137,6 +148,7 @@ std::string_view OutboxMapper::TableName(pgoutput::Oid relation_id) const {
 void OutboxMapper::Reset(OutboxEvent* out) {
   owned_.clear();
   out->topic = out->key = out->value = out->event_id = out->event_type = out->aggregate_type = {};
+  out->value_is_bytes = false;
   out->extra_headers.clear();
 }
 
@@ -303,9 +315,10 @@ Status OutboxMapper::AddHeaders(simdjson::dom::element headers, OutboxEvent* out
   simdjson::dom::object obj;
   if (headers.get(obj)) return InvalidArgumentError("headers must be a JSON object");
   for (auto [name, value] : obj) {
-    if (ReservedHeaderName(config_.header_names, name)) {
+    if (ReservedHeaderName(config_, name)) {
       return InvalidArgumentError("header " + std::string(name) +
-                                  " is reserved (walrelay writes it, or it is under walrelay.): "
+                                  " is reserved (walrelay writes it, or it is under walrelay., "
+                                  "or ce_ / content-type with a CloudEvents outbox.format): "
                                   "rename it");
     }
     std::string_view v;
@@ -354,6 +367,7 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
                                  "writer may publish to it");
   }
   if (out->key.empty()) return InvalidArgumentError("aggregate_id is empty");
+  out->value_is_bytes = !value_is_text;
   if (config_.key_format == TextFormat::kJsonString) {
     std::string& key = owned_.emplace_back();
     AppendJsonQuoted(&key, out->key);

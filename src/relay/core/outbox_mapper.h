@@ -66,6 +66,7 @@ struct OutboxEvent {
   std::string_view event_id;
   std::string_view event_type;
   std::string_view aggregate_type;  // empty when absent
+  bool value_is_bytes = false;      // the payload column is bytea: `value` is not text
   // Extra headers from the headers column / envelope: name/value pairs (views into the
   // mapper's buffer).
   std::vector<std::pair<std::string_view, std::string_view>> extra_headers;

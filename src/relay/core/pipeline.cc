@@ -8,7 +8,7 @@
 
 #include "slot/wire.h"
 #include "base/position.h"
-#include "src/relay/core/record_headers.h"
+#include "src/relay/core/record_builder.h"
 
 namespace walrelay::relay {
 
@@ -89,6 +89,7 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
               options_.outbox_tables.empty() ? OutboxTablesByName(config.tables)
                                              : options_.outbox_tables,
               /*match_by_oid=*/!options_.outbox_tables.empty() && config.plugin != "wal2json"),
+      record_(config),
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
@@ -329,12 +330,12 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   position.xid = tx_xid_;
   position.commit_time_us = tx_commit_time_us_;
   position.source = source;
-  FormatPosition(position, &position_text_);
-  RecordHeaders(event_, position_text_, config_.header_names, &headers_);
+  record_.Build(event_, position);
   const uint64_t token = tracker_.AddEvent(tx_);
   const int64_t timestamp_ms =
       config_.record_timestamp == RecordTimestamp::kCommit ? tx_commit_time_us_ / 1000 : 0;
-  Status st = sink_.Produce(event_.topic, event_.key, event_.value, headers_, token, timestamp_ms);
+  Status st = sink_.Produce(event_.topic, event_.key, record_.value(), record_.headers(), token,
+                            timestamp_ms);
   if (st.code() == StatusCode::kInvalidArgument) {
     // Refused locally (too large): dead-letter; the token is acked right away.
     WALRELAY_RETURN_IF_ERROR(WriteDeadLetter(LetterForCurrent(source, st.message(), event_.value)));
@@ -342,7 +343,7 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   } else if (!st.ok()) {
     return st;
   } else {
-    in_flight_bytes_ += event_.key.size() + event_.value.size();
+    in_flight_bytes_ += event_.key.size() + record_.value().size();
     stats_.events_produced.fetch_add(1, std::memory_order_relaxed);
     tx_produced_ = true;
   }

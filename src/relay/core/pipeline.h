@@ -39,6 +39,7 @@
 #include "src/relay/core/config.h"
 #include "src/relay/core/dead_letter.h"
 #include "src/relay/core/outbox_mapper.h"
+#include "src/relay/core/record_builder.h"
 #include "src/relay/core/relay_stats.h"
 #include "src/relay/core/topic_errors.h"
 
@@ -264,8 +265,7 @@ class Pipeline {
   std::unordered_set<pgoutput::Oid> foreign_relations_;  // non-outbox relations reported
   std::vector<pgoutput::Message> wal2json_messages_;
   OutboxEvent event_;
-  std::vector<kafka::Header> headers_;
-  std::string position_text_;  // the walrelay.position header of the current event
+  RecordBuilder record_;  // the current event's record
   struct TopicCheck {
     Status status;  // kNotFound / kPermissionDenied, or OK
     std::chrono::steady_clock::time_point recheck;

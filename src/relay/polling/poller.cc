@@ -9,7 +9,7 @@
 
 #include "base/sql.h"
 #include "base/position.h"
-#include "src/relay/core/record_headers.h"
+#include "src/relay/core/record_builder.h"
 #include "src/relay/core/outbox_rows.h"
 #include "src/relay/core/schema.h"
 
@@ -254,8 +254,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
   });
 
   OutboxEvent event;
-  std::vector<kafka::Header> headers;
-  std::string position_text;
+  RecordBuilder record(config_);
   std::map<std::string, Status, std::less<>> topics;  // checked in this poll
   // A topic that exists and may be written is believed for a while: asking costs a
   // metadata round trip to the broker, which per poll halved the throughput or worse.
@@ -302,10 +301,9 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     position.xid = 0;
     ParseNumber(std::string_view(PQgetvalue(rows.get(), i, kXmin)), &position.xid);
     position.source = table;
-    FormatPosition(position, &position_text);
-    RecordHeaders(event, position_text, config_.header_names, &headers);
+    record.Build(event, position);
     batch[i].produced_at = Clock::now();
-    Status produced = sink_.Produce(event.topic, event.key, event.value, headers,
+    Status produced = sink_.Produce(event.topic, event.key, record.value(), record.headers(),
                                     static_cast<uint64_t>(i), /*timestamp_ms=*/0);
     if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
       WALRELAY_RETURN_IF_ERROR(dead_letter(i, LetterOf(event, event.value), produced.message()));

@@ -10,7 +10,7 @@
 #include "slot/pg_error.h"
 #include "src/relay/core/outbox_mapper.h"
 #include "base/position.h"
-#include "src/relay/core/record_headers.h"
+#include "src/relay/core/record_builder.h"
 #include "src/relay/core/schema.h"
 
 namespace walrelay::relay {
@@ -275,8 +275,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
 
   OutboxMapper mapper(config);
   OutboxEvent event;
-  std::vector<kafka::Header> headers;
-  std::string position_text;
+  RecordBuilder record(config);
   uint32_t ordinal = 0;
   const Clock::time_point started = Clock::now();
   Clock::time_point last_report = started;
@@ -354,8 +353,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           const char* us = PQgetvalue(rows.get(), i, 7);
           std::from_chars(us, us + std::strlen(us), position.commit_time_us);
         }
-        FormatPosition(position, &position_text);
-        RecordHeaders(event, position_text, config.header_names, &headers);
+        record.Build(event, position);
         ++ordinal;
         // The in-flight cap; the acked-prefix window is capped too (a partition whose
         // acks stall must not make it grow with every row read behind it).
@@ -368,8 +366,8 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           advance();
           if (Clock::now() - last_report >= kReportEvery) report(false);
         }
-        Status produced = sink.Produce(event.topic, event.key, event.value, headers, ordinal,
-                                         /*timestamp_ms=*/0);  // commit time unknown
+        Status produced = sink.Produce(event.topic, event.key, record.value(), record.headers(),
+                                       ordinal, /*timestamp_ms=*/0);  // commit time unknown
         if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
           DeadLetter l;
           l.source = table;
