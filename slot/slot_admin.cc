@@ -108,13 +108,18 @@ Result<PgResultPtr> SlotAdmin::Query(std::string_view what, const std::string& s
 
 Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
                                                      const std::vector<std::string>& params) {
-  // `conflicting` exists since PostgreSQL 16, `invalidation_reason` since 17.
+  // `conflicting` exists since PostgreSQL 16, `invalidation_reason` and `inactive_since`
+  // since 17.
   const int version = PQserverVersion(conn_.get());
   const std::string sql =
       "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
       "restart_lsn, confirmed_flush_lsn, wal_status, safe_wal_size, pg_current_wal_lsn(), " +
       std::string(version >= 160000 ? "conflicting, " : "NULL::boolean, ") +
-      (version >= 170000 ? "invalidation_reason " : "NULL::text ") + "FROM pg_replication_slots " +
+      (version >= 170000
+           ? "invalidation_reason, to_char(inactive_since AT TIME ZONE 'UTC', "
+             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+           : "NULL::text, NULL::text ") +
+      "FROM pg_replication_slots " +
       where + " ORDER BY slot_name";
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("reading pg_replication_slots", sql, params));
   std::vector<SlotInfo> slots;
@@ -140,6 +145,7 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
     std::optional<bool> conflicting;
     if (!PQgetisnull(r.get(), i, 12)) conflicting = Value(r.get(), i, 12) == "t";
     s.invalidation_reason = SlotInvalidation(s.wal_status, conflicting, Value(r.get(), i, 13));
+    s.inactive_since = Value(r.get(), i, 14);
     slots.push_back(std::move(s));
   }
   return slots;

@@ -42,6 +42,10 @@ struct SlotInfo {
   // Why the server invalidated the slot (SlotInvalidation); empty while it is valid. An
   // invalidated slot can no longer stream: it must be dropped and made anew.
   std::string invalidation_reason;
+  // When the slot was last released by its reader (pg_replication_slots.inactive_since,
+  // PostgreSQL 17+, as the server's timestamptz text in UTC); empty while active, or on
+  // servers before 17, which do not record it.
+  std::string inactive_since;
 
   bool invalidated() const { return !invalidation_reason.empty(); }
 

@@ -170,7 +170,9 @@ std::string RenderTable(const Snapshot& s) {
                      OptBytes(i ? i->retained_wal_bytes() : std::nullopt),
                      OptBytes(i ? i->confirmed_lag_bytes() : std::nullopt),
                      i ? dash(i->wal_status) : "-",
-                     SafeWalSize(r, s.settings.max_slot_wal_keep_size_bytes), "n/a",
+                     SafeWalSize(r, s.settings.max_slot_wal_keep_size_bytes),
+                     !i ? "-" : !i->inactive_since.empty() ? i->inactive_since
+                               : s.settings.server_version_num >= 170000 ? "-" : "n/a",
                      std::string(relay::SlotStateName(r.eval.state))});
   }
   out << Columns(cells);
@@ -242,7 +244,8 @@ std::string RenderJson(const Snapshot& s) {
       o += ",\"confirmed_lag\":" + JsonString(OptBytes(i->confirmed_lag_bytes()));
       o += ",\"wal_status\":" + (i->wal_status.empty() ? "null" : JsonString(i->wal_status));
       o += ",\"safe_wal_size_bytes\":" + JsonOpt(i->safe_wal_size);
-      o += ",\"inactive_since\":null";
+      o += ",\"inactive_since\":" +
+           (i->inactive_since.empty() ? "null" : JsonString(i->inactive_since));
     }
     o += ",\"state\":" + JsonString(relay::SlotStateName(r.eval.state));
     o += ",\"reason\":" + JsonString(r.eval.reason);
@@ -372,8 +375,9 @@ LagCommand::LagCommand(CLI::App* parent) {
   json->excludes(prom);
   app_->footer(
       "Retained = pg_current_wal_lsn() - restart_lsn (WAL kept on disk; what thresholds "
-      "compare). Confirmed lag = pg_current_wal_lsn() - confirmed_flush_lsn. INACTIVE_SINCE is "
-      "n/a: PostgreSQL 15 does not record it (PostgreSQL 17 adds inactive_since).\n"
+      "compare). Confirmed lag = pg_current_wal_lsn() - confirmed_flush_lsn. INACTIVE_SINCE: "
+      "when the slot's reader last let it go (UTC; '-' while active), from PostgreSQL 17's "
+      "inactive_since; n/a on older servers, which do not record it.\n"
       "Example check: walrelay lag --dsn 'host=db user=monitor' --warn 0.5 --critical 0.8\n"
       "Textfile collector: walrelay lag --prometheus > f.tmp && mv f.tmp "
       "/var/lib/node_exporter/walrelay.prom");

@@ -7,9 +7,9 @@
 // lag (current − confirmed_flush_lsn) in human units, wal_status, safe_wal_size, and the
 // state from relay::EvaluateSlot (ok / warn / critical / lost).
 //
-// "inactive since": PostgreSQL 15 does not record when a slot became inactive (the
-// inactive_since column arrived in PostgreSQL 17), so the column says "n/a" (JSON null)
-// and nothing is derived.
+// "inactive since": when the slot's reader last released it, from PostgreSQL 17's
+// inactive_since (UTC; "-" and JSON null while active); servers before 17 do not record
+// it, so the column says "n/a" (JSON null) there and nothing is derived.
 //
 // --tables NAME,...: also the health of those tables (relay/table_health.h: live and dead
 // rows, size, vacuum and analyze ages, invalid indexes, partitions), as a second table,
