@@ -320,20 +320,26 @@ std::vector<OptionSpec> BuildRunOptions() {
       },
       "the contract's names"));
   o.push_back(Choice("outbox.key_format",
-                     "How the record key carries the aggregate id: raw (its text) or json-string "
+                     "How the record key carries the aggregate id: raw (its text), json-string "
                      "(a JSON string literal, as Kafka Connect's JsonConverter with "
-                     "schemas.enable=false writes it; partitions follow the key's bytes).",
+                     "schemas.enable=false writes it) or connect-json (JsonConverter's "
+                     "{\"schema\":...,\"payload\":...} envelope with schemas.enable=true, Kafka's "
+                     "default, as Debezium writes it). Partitions follow the key's bytes: "
+                     "match what your consumers' producer wrote.",
                      &RelayConfig::key_format,
                      {{"raw", relay::TextFormat::kRaw},
-                      {"json-string", relay::TextFormat::kJsonString}}));
+                      {"json-string", relay::TextFormat::kJsonString},
+                      {"connect-json", relay::TextFormat::kConnectJson}}));
   o.push_back(Choice("outbox.value_format",
                      "How the record value carries a text payload: raw (its text, e.g. the "
-                     "jsonb) or json-string (a JSON string literal of it, as JsonConverter with "
-                     "schemas.enable=false writes a Debezium outbox payload). A bytea payload is "
-                     "always its bytes.",
+                     "jsonb), json-string (a JSON string literal of it, as JsonConverter with "
+                     "schemas.enable=false writes a Debezium outbox payload) or connect-json "
+                     "(JsonConverter's envelope with schemas.enable=true, the schema of a jsonb "
+                     "column as Debezium writes it). A bytea payload is always its bytes.",
                      &RelayConfig::value_format,
                      {{"raw", relay::TextFormat::kRaw},
-                      {"json-string", relay::TextFormat::kJsonString}}));
+                      {"json-string", relay::TextFormat::kJsonString},
+                      {"connect-json", relay::TextFormat::kConnectJson}}));
   o.push_back(Choice("outbox.format",
                      "What a record looks like: walrelay (the payload as the value, the "
                      "contract's headers), cloudevents-binary (CloudEvents 1.0 Kafka binding, "

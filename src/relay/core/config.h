@@ -76,6 +76,12 @@ enum class TextFormat {
   kRaw,         // the text's bytes as they are (StringConverter)
   kJsonString,  // a JSON string literal of the text: "..." with escapes (Kafka Connect's
                 // JsonConverter with schemas.enable=false, Debezium's usual default)
+  // Kafka Connect's JsonConverter with schemas.enable=true (Kafka's default converter):
+  // {"schema":<the column's Connect schema>,"payload":<the JSON string literal>}, byte for
+  // byte as Debezium's PostgreSQL connector writes it for a NOT NULL text key column
+  // ({"type":"string","optional":false}) and a jsonb payload column
+  // ({"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}).
+  kConnectJson,
 };
 
 // How outbox rows go away once delivered (docs/operations.md section 4; issue 14).

@@ -368,16 +368,22 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
   }
   if (out->key.empty()) return InvalidArgumentError("aggregate_id is empty");
   out->value_is_bytes = !value_is_text;
-  if (config_.key_format == TextFormat::kJsonString) {
-    std::string& key = owned_.emplace_back();
-    AppendJsonQuoted(&key, out->key);
-    out->key = key;
-  }
-  if (config_.value_format == TextFormat::kJsonString && value_is_text) {
-    std::string& value = owned_.emplace_back();
-    AppendJsonQuoted(&value, out->value);
-    out->value = value;
-  }
+  // Kafka Connect's JsonConverter envelopes (schemas.enable=true), as Debezium writes them.
+  static constexpr std::string_view kKeySchema =
+      R"({"schema":{"type":"string","optional":false},"payload":)";
+  static constexpr std::string_view kValueSchema =
+      R"({"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json",)"
+      R"("version":1},"payload":)";
+  auto format = [&](TextFormat f, std::string_view envelope, std::string_view* field) {
+    if (f == TextFormat::kRaw) return;
+    std::string& text = owned_.emplace_back();
+    if (f == TextFormat::kConnectJson) text.append(envelope);
+    AppendJsonQuoted(&text, *field);
+    if (f == TextFormat::kConnectJson) text.push_back('}');
+    *field = text;
+  };
+  format(config_.key_format, kKeySchema, &out->key);
+  if (value_is_text) format(config_.value_format, kValueSchema, &out->value);
   return Status::Ok();
 }
 
