@@ -55,22 +55,9 @@ usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------- jars
 
-resolve() {
-  [[ -f "$LIBS/.complete" ]] && return 0
-  command -v mvn >/dev/null || die "mvn not found (scripts/install-deps.sh installs maven)"
-  command -v java >/dev/null || die "java not found (scripts/install-deps.sh installs a JDK)"
-  log "resolving Apache Kafka $KAFKA_VERSION from Maven Central into $LIBS (once)"
-  local tmp="$LIBS.tmp.$$"
-  rm -rf "$tmp"
-  if ! mvn -B -q -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$tmp" >&2; then
-    rm -rf "$tmp"
-    die "could not resolve org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven (is Maven Central reachable?)"
-  fi
-  rm -rf "$LIBS"
-  mv "$tmp" "$LIBS"
-  touch "$LIBS/.complete"
-}
+# shellcheck source=lib/maven_jars.sh
+source "$HERE/lib/maven_jars.sh"
+resolve() { maven_jars "$POM" "$LIBS" "Apache Kafka $KAFKA_VERSION"; }
 
 # java with the Kafka class path; the log goes to $KLOG_DIR/server.log. With KEXEC=1 the
 # calling (sub)shell becomes the JVM, in a session of its own: the pid it was started with

@@ -31,18 +31,9 @@ die() { echo "debezium.sh: $*" >&2; exit 1; }
 log() { echo "debezium.sh: $*" >&2; }
 usage() { sed -n '6,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-resolve() {
-  [[ -f "$LIBS/.complete" ]] && return 0
-  command -v mvn >/dev/null || die "mvn not found (scripts/install-deps.sh installs maven)"
-  log "resolving Debezium $DBZ_VERSION and Kafka Connect from Maven Central into $LIBS (once)"
-  local tmp="$LIBS.tmp.$$"
-  rm -rf "$tmp"
-  mvn -B -q -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
-    -DoutputDirectory="$tmp" >&2 || { rm -rf "$tmp"; die "could not resolve $POM from Maven Central"; }
-  rm -rf "$LIBS"
-  mv "$tmp" "$LIBS"
-  touch "$LIBS/.complete"
-}
+# shellcheck source=../../scripts/lib/maven_jars.sh
+source "$HERE/../../scripts/lib/maven_jars.sh"
+resolve() { maven_jars "$POM" "$LIBS" "Debezium $DBZ_VERSION and Kafka Connect"; }
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
