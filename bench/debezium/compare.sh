@@ -74,13 +74,20 @@ run_scenario() {
     sleep 0.1
   done
   # The workload: EVENTS rows in transactions of 10, 17 aggregates, a payload with
-  # escapes and non-ASCII text, a tracing column.
+  # escapes and non-ASCII text, a tracing column; with "#! null_payload_every=N" in the
+  # scenario's properties, every Nth row has a NULL payload.
+  local every
+  every=$(sed -n 's/^#! null_payload_every=\([0-9]*\)/\1/p' "$props")
+  every=${every:-0}
   psql_ "$dsn" -c "
     DO \$\$ BEGIN
       FOR t IN 0..$((EVENTS / 10 - 1)) LOOP
         INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tracingspancontext, region)
         SELECT gen_random_uuid(), 'payment', 'agg-' || (g % 17), 'PaymentCaptured',
-               jsonb_build_object('seq', g, 'amount', g * 100, 'note', 'caf\u00e9 \"quoted\"'),
+               CASE WHEN $every > 0 AND g % GREATEST($every, 1) = 0 THEN NULL ELSE
+                 jsonb_build_object('seq', g, 'amount', g * 100, 'note', 'caf\u00e9 \"quoted\"',
+                   'price', (g * 1.25)::numeric(10, 2), 'city', 'Zürich',
+                   'tags', jsonb_build_array('a', 'b')) END,
                'traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
                CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END
         FROM generate_series(t * 10, t * 10 + 9) g;

@@ -335,11 +335,14 @@ std::vector<OptionSpec> BuildRunOptions() {
                      "jsonb), json-string (a JSON string literal of it, as JsonConverter with "
                      "schemas.enable=false writes a Debezium outbox payload) or connect-json "
                      "(JsonConverter's envelope with schemas.enable=true, the schema of a jsonb "
-                     "column as Debezium writes it). A bytea payload is always its bytes.",
+                     "column as Debezium writes it) or json-compact (the JSON text without "
+                     "whitespace between tokens, as Debezium's router writes it with "
+                     "table.expand.json.payload=true). A bytea payload is always its bytes.",
                      &RelayConfig::value_format,
                      {{"raw", relay::TextFormat::kRaw},
                       {"json-string", relay::TextFormat::kJsonString},
-                      {"connect-json", relay::TextFormat::kConnectJson}}));
+                      {"connect-json", relay::TextFormat::kConnectJson},
+                      {"json-compact", relay::TextFormat::kCompactJson}}));
   o.push_back(Choice("outbox.format",
                      "What a record looks like: walrelay (the payload as the value, the "
                      "contract's headers), cloudevents-binary (CloudEvents 1.0 Kafka binding, "

@@ -8,6 +8,8 @@
 //   a.records  Kafka's default converters: JsonConverter with schemas.enable=true
 //              (outbox.key_format / value_format connect-json)
 //   b.records  StringConverter keys, schemaless JsonConverter values (raw / json-string)
+//   c.pairs    table.expand.json.payload=true with schemaless JSON values: the payload's
+//              jsonb text and the value Debezium wrote (outbox.value_format json-compact)
 // The partition follows the key bytes (ProducerTest.KeysArePartitionedLikeTheJavaClient).
 #include <gtest/gtest.h>
 #include <simdjson.h>
@@ -84,6 +86,33 @@ TEST(DebeziumRecordsTest, KafkaDefaultConvertersSchemaEnvelopesAreTheSameBytes) 
 
 TEST(DebeziumRecordsTest, StringKeysAndSchemalessJsonValuesAreTheSameBytes) {
   ExpectSameBytes("b.records", TextFormat::kRaw, TextFormat::kJsonString);
+}
+
+TEST(DebeziumRecordsTest, ExpandedJsonPayloadIsTheCompactJsonText) {
+  RelayConfig config;
+  ASSERT_TRUE(ApplyOutboxProfile("debezium", &config).ok());
+  config.value_format = TextFormat::kCompactJson;
+  OutboxMapper mapper(config);
+  std::ifstream in(std::string(WALRELAY_SOURCE_DIR) +
+                   "/tests/relay/testdata/debezium-3.6.1/c.pairs");
+  ASSERT_TRUE(in);
+  int checked = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    const std::string jsonb = line.substr(0, tab), debezium = line.substr(tab + 1);
+    OutboxRow row;
+    row.event_id = "21dea43b-7798-4f8d-b7d9-ef00237bb9e1";
+    row.aggregate_type = "payment";
+    row.aggregate_id = "agg-1";
+    row.event_type = "PaymentCaptured";
+    row.payload = jsonb;
+    OutboxEvent event;
+    ASSERT_TRUE(mapper.MapRow("public.outbox", row, &event).ok());
+    EXPECT_EQ(event.value, debezium);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
 }
 
 }  // namespace

@@ -82,6 +82,10 @@ enum class TextFormat {
   // ({"type":"string","optional":false}) and a jsonb payload column
   // ({"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}).
   kConnectJson,
+  // The JSON text without the whitespace between its tokens (values only): what Debezium's
+  // router writes with table.expand.json.payload=true and schemaless JSON values (it
+  // parses the payload and serializes it compactly; members in the same order).
+  kCompactJson,
 };
 
 // How outbox rows go away once delivered (docs/operations.md section 4; issue 14).

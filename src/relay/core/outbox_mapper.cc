@@ -377,6 +377,15 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
   auto format = [&](TextFormat f, std::string_view envelope, std::string_view* field) {
     if (f == TextFormat::kRaw) return;
     std::string& text = owned_.emplace_back();
+    if (f == TextFormat::kCompactJson) {
+      text.resize(field->size());
+      size_t n = 0;
+      if (simdjson::minify(field->data(), field->size(), text.data(), n) == simdjson::SUCCESS) {
+        text.resize(n);
+        *field = text;
+      }  // not JSON (a text payload column): left as it is
+      return;
+    }
     if (f == TextFormat::kConnectJson) text.append(envelope);
     AppendJsonQuoted(&text, *field);
     if (f == TextFormat::kConnectJson) text.push_back('}');
