@@ -50,8 +50,16 @@ run_scenario() {
   local bootstrap
   bootstrap=$(bash "$ROOT/scripts/kafka.sh" start --dir "$WORK/kafka" --brokers 1 --owner $$ |
     sed -n 's/^bootstrap=//p')
-  for t in dbz.outbox.event.payment wr.outbox.event.payment; do
-    bash "$ROOT/scripts/kafka.sh" topic --dir "$WORK/kafka" "$t" "$PARTITIONS" >/dev/null
+  # The routed topics and how many records each gets: "#! topics=NAME:COUNT,..." in the
+  # scenario's properties (default: payment, every event).
+  local topics
+  topics=$(sed -n 's/^#! topics=//p' "$props")
+  topics=${topics:-payment:$EVENTS}
+  for tc in ${topics//,/ }; do
+    for side in dbz wr; do
+      bash "$ROOT/scripts/kafka.sh" topic --dir "$WORK/kafka" "$side.outbox.event.${tc%%:*}" \
+        "$PARTITIONS" >/dev/null
+    done
   done
   bash "$HERE/debezium.sh" start --dir "$WORK/dbz" --bootstrap "$bootstrap" \
     --pg "127.0.0.1:$PGPORT:postgres:walrelay" --scenario "$props"
@@ -96,8 +104,14 @@ run_scenario() {
     END \$\$"
   local out="$WORK.records"
   mkdir -p "$out"
-  bash "$ROOT/scripts/kafka.sh" consume --dir "$WORK/kafka" dbz.outbox.event.payment "$EVENTS" >"$out/$s.debezium" || true
-  bash "$ROOT/scripts/kafka.sh" consume --dir "$WORK/kafka" wr.outbox.event.payment "$EVENTS" >"$out/$s.walrelay" || true
+  : >"$out/$s.debezium"
+  : >"$out/$s.walrelay"
+  for tc in ${topics//,/ }; do
+    bash "$ROOT/scripts/kafka.sh" consume --dir "$WORK/kafka" "dbz.outbox.event.${tc%%:*}" \
+      "${tc##*:}" | sed "s/^/${tc%%:*}\t/" >>"$out/$s.debezium" || true
+    bash "$ROOT/scripts/kafka.sh" consume --dir "$WORK/kafka" "wr.outbox.event.${tc%%:*}" \
+      "${tc##*:}" | sed "s/^/${tc%%:*}\t/" >>"$out/$s.walrelay" || true
+  done
   python3 "$HERE/compare_records.py" "$s" "$EVENTS" "$out/$s.debezium" "$out/$s.walrelay"
 }
 

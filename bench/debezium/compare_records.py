@@ -3,8 +3,9 @@
 
 compare_records.py SCENARIO EVENTS DEBEZIUM_FILE WALRELAY_FILE
 
-Each file holds the Java console consumer's lines (scripts/kafka.sh consume):
-CreateTime:<ms>\tPartition:<p>\t<name:value|...>\t<key>\t<value>. Records are matched by
+Each file holds the Java console consumer's lines (scripts/kafka.sh consume), each after
+the routed topic's name (without its side's prefix) and a tab:
+<topic>\tCreateTime:<ms>\tPartition:<p>\t<name:value|...>\t<key>\t<value>. Records are matched by
 the event id header (`id`, Debezium's and walrelay's debezium profile's). Prints one verdict
 line and the first differences of each kind; exit 1 when a record is missing on a side or a
 partition differs (a cut-over would reorder aggregates).
@@ -21,7 +22,7 @@ def parse(path):
     records = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            line = line.rstrip("\n")
+            topic, _, line = line.rstrip("\n").partition("\t")
             if not line.startswith(("CreateTime:", "LogAppendTime:")):
                 continue
             parts = line.split("\t", 4)
@@ -36,7 +37,7 @@ def parse(path):
                     headers.append((name, value))
             event_id = dict(headers).get("id")
             records[event_id] = {
-                "ts_type": ts_type, "ts": int(ts), "partition": partition,
+                "topic": topic, "ts_type": ts_type, "ts": int(ts), "partition": partition,
                 "headers": [h for h in headers
                             if h[0] not in IGNORED_HEADERS and not h[0].startswith(CONTEXT_PREFIX)],
                 "context_headers": sum(1 for h in headers if h[0].startswith(CONTEXT_PREFIX)),
@@ -50,11 +51,12 @@ def main():
     missing_wr = sorted(set(dbz) - set(wr))
     missing_dbz = sorted(set(wr) - set(dbz))
     both = sorted(set(dbz) & set(wr))
-    diffs = {k: [] for k in ("partition", "key", "value", "headers", "timestamp type")}
+    diffs = {k: [] for k in ("topic", "partition", "key", "value", "headers", "timestamp type")}
     ts_delta = []
     for eid in both:
         d, w = dbz[eid], wr[eid]
-        for field, kind in (("partition", "partition"), ("key", "key"), ("value", "value"),
+        for field, kind in (("topic", "topic"), ("partition", "partition"), ("key", "key"),
+                            ("value", "value"),
                             ("headers", "headers"), ("ts_type", "timestamp type")):
             if d[field] != w[field]:
                 diffs[kind].append((eid, d[field], w[field]))
@@ -73,7 +75,7 @@ def main():
         print(f"  only debezium published {eid}")
     for eid in missing_dbz[:3]:
         print(f"  only walrelay published {eid}")
-    bad = missing_wr or missing_dbz or diffs["partition"] or len(dbz) < events
+    bad = missing_wr or missing_dbz or diffs["partition"] or diffs["topic"] or len(dbz) < events
     sys.exit(1 if bad else 0)
 
 
