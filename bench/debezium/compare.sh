@@ -46,7 +46,8 @@ run_scenario() {
     CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
       aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb,
       \"timestamp\" timestamptz NOT NULL DEFAULT now(), tracingspancontext varchar(256),
-      region varchar(32))"
+      region varchar(32),
+      event_ts timestamp NOT NULL DEFAULT (clock_timestamp() AT TIME ZONE 'UTC'))"
   local bootstrap
   bootstrap=$(bash "$ROOT/scripts/kafka.sh" start --dir "$WORK/kafka" --brokers 1 --owner $$ |
     sed -n 's/^bootstrap=//p')
