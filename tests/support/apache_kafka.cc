@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -292,8 +293,9 @@ Status ApacheKafka::ResumeBroker(int id) {
 }
 
 Result<std::vector<ApacheKafka::PartitionState>> ApacheKafka::Describe(const std::string& topic,
-                                                                       int partitions) {
-  WALRELAY_ASSIGN_OR_RETURN(auto handle, Client(bootstrap_));
+                                                                       int partitions,
+                                                                       const std::string& server) {
+  WALRELAY_ASSIGN_OR_RETURN(auto handle, Client(server.empty() ? bootstrap_ : server));
   rd_kafka_t* rk = handle.get();
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
   std::unique_ptr<rd_kafka_topic_t, void (*)(rd_kafka_topic_t*)> topic_handle(
@@ -331,16 +333,29 @@ Status ApacheKafka::WaitFullIsr(const std::string& topic, int partitions,
                                 std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Status last = Status::Ok();
+  std::vector<std::string> servers;
+  for (size_t from = 0; from <= bootstrap_.size();) {
+    const size_t comma = std::min(bootstrap_.find(',', from), bootstrap_.size());
+    servers.push_back(bootstrap_.substr(from, comma - from));
+    from = comma + 1;
+  }
   while (std::chrono::steady_clock::now() < deadline) {
-    auto states = Describe(topic, partitions);
-    if (states.ok()) {
-      bool full = true;
+    bool full = true;
+    for (const std::string& server : servers) {
+      auto states = Describe(topic, partitions, server);
+      if (!states.ok()) {
+        last = states.status();
+        full = false;
+        break;
+      }
       for (const auto& p : *states) full = full && p.leader >= 0 && p.isr == brokers_;
-      if (full) return Status::Ok();
-      last = UnavailableError(topic + ": some partition has no leader or a partial ISR");
-    } else {
-      last = states.status();
+      if (!full) {
+        last = UnavailableError(topic + ": broker " + server +
+                                " knows no leader or a partial ISR for some partition");
+        break;
+      }
     }
+    if (full) return Status::Ok();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return DeadlineExceededError("waiting for a full ISR: " + last.ToString());

@@ -75,7 +75,9 @@ class ApacheKafka {
   Status ResumeBroker(int id);
   // The broker that leads `partition` of `topic` now, or an error.
   Result<int> LeaderOf(const std::string& topic, int partition);
-  // Waits until every partition of `topic` has all `brokers()` replicas in sync.
+  // Waits until every partition of `topic` has all `brokers()` replicas in sync, as the
+  // metadata of each broker says (a topic made a moment ago may still be unknown to one:
+  // a request it answers, DescribeConfigs say, would fail with UNKNOWN_TOPIC_OR_PART).
   Status WaitFullIsr(const std::string& topic, int partitions, std::chrono::seconds timeout);
   // Every broker started and resumed, and back in the ISR of `topics` (tests call it at
   // their end, so the next test finds the cluster whole).
@@ -88,7 +90,9 @@ class ApacheKafka {
     int leader = -1;
     int isr = 0;
   };
-  Result<std::vector<PartitionState>> Describe(const std::string& topic, int partitions);
+  // The partitions of `topic` as `server` (default: any broker) reports them.
+  Result<std::vector<PartitionState>> Describe(const std::string& topic, int partitions,
+                                               const std::string& server = "");
 
   std::string dir_;
   int brokers_ = 0;
