@@ -378,7 +378,7 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
     if (f == TextFormat::kRaw) return;
     std::string& text = owned_.emplace_back();
     if (f == TextFormat::kCompactJson) {
-      text.resize(field->size());
+      text.resize(field->size() + simdjson::SIMDJSON_PADDING);  // len is enough; spare room
       size_t n = 0;
       if (simdjson::minify(field->data(), field->size(), text.data(), n) == simdjson::SUCCESS) {
         text.resize(n);
