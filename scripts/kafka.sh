@@ -13,6 +13,8 @@
 #   kafka.sh consume --dir DIR TOPIC N   Java console consumer: N records from the beginning,
 #                                        one per line: CreateTime:ms Partition:p headers key value
 #   kafka.sh produce --dir DIR TOPIC     Java console producer: stdin lines KEY:VALUE
+#   kafka.sh records --dir DIR TOPIC     how many records TOPIC holds (the sum of its
+#                                        partitions' end offsets; no transactions assumed)
 #   kafka.sh acl --dir DIR ARG...        kafka-acls (AclCommand) with these arguments
 #   kafka.sh fetch                                          only resolve the jars (for CI caches)
 #
@@ -51,7 +53,7 @@ START_TIMEOUT="${WALRELAY_KAFKA_START_TIMEOUT:-90}"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------- jars
 
@@ -492,6 +494,12 @@ cmd_consume() {
     --property print.headers=true --property print.key=true \
     --property headers.separator='|' --property null.literal='<null>' 2>/dev/null
 }
+cmd_records() {
+  load
+  local topic=${1:?records TOPIC}
+  ktool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$(plain_bootstrap)" \
+    --topic "$topic" --time -1 2>/dev/null | awk -F: '{n += $NF} END {print n + 0}'
+}
 cmd_produce() {
   load
   local topic=${1:?produce TOPIC}
@@ -524,6 +532,7 @@ case "$cmd" in
   topic) resolve; cmd_topic "$@" ;;
   consume) resolve; cmd_consume "$@" ;;
   produce) resolve; cmd_produce "$@" ;;
+  records) resolve; cmd_records "$@" ;;
   acl) resolve; load; ktool org.apache.kafka.tools.AclCommand --bootstrap-server "$(plain_bootstrap)" "$@" ;;
   kill-broker)
     broker_arg "${1:-}"
