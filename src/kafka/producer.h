@@ -101,7 +101,10 @@ using DeliveryCallback =
 
 struct ProducerOptions {
   // librdkafka properties (CONFIGURATION.md), applied in order over walrelay's defaults:
-  //   linger.ms=5, partitioner=murmur2_random (Java-compatible key hashing).
+  //   linger.ms=5, partitioner=murmur2_random (Java-compatible key hashing),
+  //   max.in.flight.requests.per.connection=1 (see producer.cc: with librdkafka 2.0.2's
+  //   idempotent producer a higher value makes its broker threads spin while a request
+  //   waits for a real cluster's acks=all).
   // Enforced: enable.idempotence=true, acks=all (or -1),
   // max.in.flight.requests.per.connection<=5, message.timeout.ms (delivery.timeout.ms)=0;
   // a conflicting value is kInvalidArgument. bootstrap.servers must be given.
