@@ -56,7 +56,7 @@ log() { printf '[vs_debezium %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 if [[ ! -x $WALRELAY || ! -x $PROBE ]]; then
   log "building walrelay and e2e_probe in $BUILD"
-  cmake -S "$ROOT" -B "$ROOT/$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWALRELAY_WERROR=ON >/dev/null
+  cmake -S "$ROOT" -B "$ROOT/$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
   cmake --build "$ROOT/$BUILD" -j2 --target walrelay e2e_probe
 fi
 bash "$DBZ" fetch

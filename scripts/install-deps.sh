@@ -15,6 +15,7 @@ PACKAGES=(
   openssl                             # throwaway CA and certificates of the TLS test
   prometheus                          # promtool checks docker/alerts.yml in scripts/test.sh
   openjdk-17-jre-headless maven       # Apache Kafka from Maven Central (scripts/kafka.sh)
+  valgrind                            # callgrind: bench/instructions.sh (instructions per event)
 )
 
 missing=()

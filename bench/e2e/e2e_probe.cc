@@ -10,17 +10,21 @@
 //     00000000-0000-4000-8000-<k as 12 hex digits>. FILE: "seq commit_us" per event, the
 //     wall clock (CLOCK_REALTIME, microseconds) when COMMIT returned to the writer.
 //   e2e_probe read --bootstrap HOST:PORT,... --topic T --count N [--from beginning|end]
-//                  [--timeout S] [--out FILE]
+//                  [--timeout S] [--out FILE] [--records FILE] [--id-header NAME]
 //     an independent consumer (librdkafka, no group): every partition from its beginning
-//     or from its end as of the start; reads until N distinct events arrived (the `id`
-//     header parsed back to its seq) or S seconds (default 600) passed without a record.
-//     FILE: "seq receive_us" per first arrival. Prints one line: count, distinct, first_us,
-//     last_us (when the first and the N-th distinct event were read). Exit 1 on timeout.
+//     or from its end as of the start; reads until N distinct events arrived (the event id
+//     header, `id` unless --id-header, parsed back to its seq: the id's last 12 hex
+//     digits) or S seconds (default 600) passed without a record.
+//     --out FILE: "seq receive_us" per first arrival. --records FILE: every record read,
+//     "partition offset seq" in the order read (per partition, offset order). Prints one
+//     line: count, distinct, first_us, last_us (when the first and the N-th distinct event
+//     were read). Exit 1 on timeout.
 //
 // The probe shares no code with walrelay on purpose: it is the outside observer.
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -150,6 +154,12 @@ int Read(const std::map<std::string, std::string>& flags) {
   const uint64_t count = std::stoull(Need(flags, "count"));
   const bool from_end = Get(flags, "from", "beginning") == "end";
   const int timeout_s = std::stoi(Get(flags, "timeout", "600"));
+  const std::string id_header = Get(flags, "id-header", "id");
+  FILE* records_file = nullptr;
+  if (auto path = Get(flags, "records", ""); !path.empty()) {
+    records_file = std::fopen(path.c_str(), "w");
+    if (records_file == nullptr) Die("cannot write " + path);
+  }
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   const std::pair<const char*, std::string> settings[] = {
@@ -190,7 +200,7 @@ int Read(const std::map<std::string, std::string>& flags) {
   std::fflush(stdout);
 
   std::unordered_map<uint64_t, int64_t> first_seen;
-  first_seen.reserve(count * 2);
+  first_seen.reserve(std::min<uint64_t>(count, 4000000) * 2);
   uint64_t records = 0;
   int64_t first_us = 0, last_us = 0, idle_since = NowUs();
   while (first_seen.size() < count) {
@@ -207,9 +217,14 @@ int Read(const std::map<std::string, std::string>& flags) {
       const void* v = nullptr;
       size_t n = 0;
       if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-          rd_kafka_header_get_last(hdrs, "id", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR && n >= 12) {
+          rd_kafka_header_get_last(hdrs, id_header.c_str(), &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+          n >= 12) {
         const std::string hex(static_cast<const char*>(v) + n - 12, 12);
         const uint64_t seq = std::strtoull(hex.c_str(), nullptr, 16);
+        if (records_file != nullptr) {
+          std::fprintf(records_file, "%" PRId32 " %" PRId64 " %" PRIu64 "\n", m->partition, m->offset,
+                       seq);
+        }
         if (first_seen.emplace(seq, now).second) {
           if (first_us == 0) first_us = now;
           last_us = now;
@@ -222,6 +237,7 @@ int Read(const std::map<std::string, std::string>& flags) {
   }
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
+  if (records_file != nullptr) std::fclose(records_file);
   if (auto out = Get(flags, "out", ""); !out.empty()) {
     FILE* f = std::fopen(out.c_str(), "w");
     if (f == nullptr) Die("cannot write " + out);

@@ -220,6 +220,11 @@ std::vector<OptionSpec> BuildRunOptions() {
                    "Create the publication and the slot when missing (needs ownership of the "
                    "tables for the publication).",
                    &RelayConfig::create_slot));
+  o.push_back(Bool("source.slot_failover",
+                   "PostgreSQL 17+: create the slot with failover enabled, so that standbys "
+                   "with sync_replication_slots keep it and a promoted standby has it "
+                   "(docs/operations.md, failover). Ignored before 17.",
+                   &RelayConfig::slot_failover));
   {
     OptionSpec s{"source.tables",
                  OptionKind::kList,

@@ -73,12 +73,25 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   // Never where walrelay has streamed the slot before (its progress row exists): a slot
   // made now would start now, and every event committed since the old one was lost or
   // dropped would be skipped without a word. `walrelay run` recovers it (invariant 11).
-  sql.push_back("SELECT pg_create_logical_replication_slot(" + QuoteLiteral(config.slot) + ", " +
-                QuoteLiteral(config.plugin) +
-                ") WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = " +
-                QuoteLiteral(config.slot) + ") AND NOT EXISTS (SELECT 1 FROM " +
-                QuoteQualifiedName(config.progress_table) +
-                " WHERE slot = " + QuoteLiteral(config.slot) + ")");
+  // On PostgreSQL 17+ with source.slot_failover, a failover slot (the five-argument form,
+  // which older servers do not have: PL/pgSQL resolves it only where it runs).
+  const std::string args = QuoteLiteral(config.slot) + ", " + QuoteLiteral(config.plugin);
+  const std::string unless_known =
+      "NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = " +
+      QuoteLiteral(config.slot) + ") AND NOT EXISTS (SELECT 1 FROM " +
+      QuoteQualifiedName(config.progress_table) + " WHERE slot = " + QuoteLiteral(config.slot) +
+      ")";
+  if (!config.slot_failover) {
+    sql.push_back("SELECT pg_create_logical_replication_slot(" + args + ") WHERE " +
+                  unless_known);
+  } else {
+    sql.push_back("DO $$ BEGIN\n  IF " + unless_known +
+                  " THEN\n    IF current_setting('server_version_num')::int >= 170000 THEN\n"
+                  "      PERFORM pg_create_logical_replication_slot(" + args +
+                  ", false, false, true);\n    ELSE\n"
+                  "      PERFORM pg_create_logical_replication_slot(" + args +
+                  ");\n    END IF;\n  END IF;\nEND $$");
+  }
   return sql;
 }
 

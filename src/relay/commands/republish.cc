@@ -163,9 +163,10 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
     WALRELAY_RETURN_IF_ERROR(progress->SaveSlotOrigin(config.slot, "republish"));
     WALRELAY_ASSIGN_OR_RETURN(replication, slot::ReplicationConnection::Connect(conninfo));
     WALRELAY_ASSIGN_OR_RETURN(slot::CreatedSlot created,
-                              replication->CreateLogicalSlot(config.slot, config.plugin,
-                                                             /*temporary=*/false,
-                                                             /*export_snapshot=*/true));
+                              replication->CreateLogicalSlot(
+                                  config.slot, config.plugin, /*temporary=*/false,
+                                  /*export_snapshot=*/true,
+                                  config.slot_failover && replication->server_version() >= 170000));
     out.slot_created = true;
     out.position = created.consistent_point;
     snapshot_name = created.snapshot_name;

@@ -136,6 +136,10 @@ struct RelayConfig {
   std::string slot = "walrelay";  // logical slot name
   std::string publication = "walrelay_outbox";
   bool create_slot = true;  // create publication + slot when missing
+  // PostgreSQL 17+: create the slot with failover enabled, so that a standby with
+  // sync_replication_slots keeps a copy and a promoted standby has it (docs/operations.md,
+  // failover). Ignored on older servers, which have no failover slots.
+  bool slot_failover = true;
   // Output plugin of the slot: "pgoutput" (default) or "wal2json" (format-version 2).
   std::string plugin = "pgoutput";
   std::vector<std::string> tables = {"public.outbox"};  // schema-qualified outbox tables

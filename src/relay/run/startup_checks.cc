@@ -131,6 +131,38 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "use --source-plugin pgoutput for a partitioned outbox");
     }
   }
+
+  // 6. failover readiness (PostgreSQL 17+), only where a standby streams from this server
+  // through a physical slot: warnings, the relay runs either way.
+  if (report.settings.server_version_num >= 170000 && config.slot_failover) {
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::SlotInfo> all, admin->ListSlots());
+    std::string physical;
+    for (const slot::SlotInfo& s : all) {
+      if (s.slot_type == "physical") physical += (physical.empty() ? "" : ",") + s.slot_name;
+    }
+    if (!physical.empty()) {
+      if (report.slot && !report.slot->failover) {
+        warn("replication slot \"" + config.slot +
+             "\" is not a failover slot, so a standby does not keep it: after a failover to "
+             "a standby, walrelay finds it gone and recovers from the outbox tables "
+             "(duplicates; table-less events of the window are lost). Fix, on the primary: "
+             "psql \"dbname=... replication=database\" -c 'ALTER_REPLICATION_SLOT " +
+             config.slot +
+             " (FAILOVER true)', and on each standby sync_replication_slots = on, "
+             "hot_standby_feedback = on, primary_slot_name set and dbname in "
+             "primary_conninfo (docs/operations.md, failover)");
+      }
+      if (report.settings.synchronized_standby_slots.empty()) {
+        warn("synchronized_standby_slots is empty on this primary (physical slots: " +
+             physical +
+             "): walrelay may publish transactions a standby has not received yet, and if "
+             "that standby is promoted after a crash those events are in Kafka but not in "
+             "the new primary (measured by scripts/pg-failover-check.sh). Fix: ALTER SYSTEM "
+             "SET synchronized_standby_slots = '<the standbys' physical slots>'; SELECT "
+             "pg_reload_conf(); (docs/operations.md, failover)");
+      }
+    }
+  }
   return report;
 }
 

@@ -54,6 +54,9 @@ struct StartupReport {
 //                                               publication and create_slot off, or
 //                                               wal2json with a partitioned table:
 //                                               kFailedPrecondition
+//   6. PostgreSQL 17+ with source.slot_failover, where physical slots exist (a standby):
+//      the slot is not a failover slot, or      a warning each, with the fix
+//      synchronized_standby_slots is empty
 // Read-only: nothing is created or altered. Opens its own short-lived connections to
 // `config.source_dsn`. kUnavailable when the server cannot be reached.
 Result<StartupReport> StartupChecks(const RelayConfig& config,
