@@ -73,20 +73,7 @@ q() {  # q SQL -> its one-row, one-column answer (queries must return exactly on
 PGVERSION=$(q "SHOW server_version;")
 log "PostgreSQL $PGVERSION at $PGHOST:$PGPORT; $N rows in transactions of $TX"
 
-psql -X -q -v ON_ERROR_STOP=1 -d "$DSN_unix" <<'SQL'
-CREATE TABLE outbox (
-  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),
-  aggregate_type text,
-  aggregate_id   text NOT NULL,
-  topic          text,
-  event_type     text NOT NULL,
-  payload        jsonb NOT NULL,
-  headers        jsonb,
-  created_at     timestamptz NOT NULL DEFAULT now()
-);
-CREATE PUBLICATION walrelay_outbox FOR TABLE outbox;
-SQL
+bench_create_outbox
 SLOTS=""
 for m in $MODES; do
   for t in unix tcp; do

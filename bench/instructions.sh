@@ -46,19 +46,7 @@ perf stat -x, -e instructions:u true 2>&1 | grep -q '^[0-9]' && COUNTER="callgri
 bench_start
 mkdir -p "$CACHE"
 
-psql -X -q -v ON_ERROR_STOP=1 -d "$DSN" <<'SQL'
-CREATE TABLE outbox (
-  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),
-  aggregate_type text,
-  aggregate_id   text NOT NULL,
-  topic          text,
-  event_type     text NOT NULL,
-  payload        jsonb NOT NULL,
-  headers        jsonb,
-  created_at     timestamptz NOT NULL DEFAULT now());
-CREATE PUBLICATION walrelay_outbox FOR TABLE outbox;
-SQL
+bench_create_outbox
 
 # load ROWS: ROWS outbox rows in transactions of $TX, ~300-byte payloads, fixed content.
 load() {

@@ -13,6 +13,8 @@
 #                         PGDIR, PGHOST, PGPORT, DSN (unix socket), DSN_TCP, POSTMASTER,
 #                         BOOT, BROKER_PID, and installs the EXIT trap (bench_cleanup)
 #   q SQL                 one psql query, unaligned tuples only
+#   bench_create_outbox   walrelay's outbox table (the documented schema) and the
+#                         publication walrelay_outbox
 #   cpu_of PID [all]      utime+stime of a live process in clock ticks (+ reaped children)
 #   bench_cleanup         stops $SAMPLER_PID, $RELAY_PID, $BROKER_PID and every pid in
 #                         $EXTRA_PIDS (when set), destroys the cluster and $WORK unless KEEP=1
@@ -45,6 +47,23 @@ bench_cleanup() {
     "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
     rm -rf "$WORK"
   fi
+}
+
+bench_create_outbox() {
+  psql -X -q -v ON_ERROR_STOP=1 -d "$DSN" <<'SQL'
+CREATE TABLE outbox (
+  id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id       uuid NOT NULL DEFAULT gen_random_uuid(),
+  aggregate_type text,
+  aggregate_id   text NOT NULL,
+  topic          text,
+  event_type     text NOT NULL,
+  payload        jsonb NOT NULL,
+  headers        jsonb,
+  created_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE PUBLICATION walrelay_outbox FOR TABLE outbox;
+SQL
 }
 
 q() { PGOPTIONS="-c client_min_messages=warning" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DSN" -c "$1"; }
