@@ -5,7 +5,7 @@
 # the two tools one after the other, alternating (walrelay first in odd rounds), ROUNDS
 # rounds (issue 29, part 3).
 #
-#   bench/vs_debezium.sh            everything (about 40 minutes on 2 cores)
+#   bench/vs_debezium.sh            everything (about 17 minutes on 2 cores)
 #   EVENTS=100000 ROUNDS=1 RATES=2000 LAT_SECONDS=5 bench/vs_debezium.sh     a smoke run
 #
 # Measures, each the same way for both tools, from the outside (bench/e2e/e2e_probe: a
