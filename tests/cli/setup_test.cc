@@ -56,6 +56,25 @@ TEST_F(SetupTest, DryRunPrintsTheSqlAndChangesNothing) {
   EXPECT_EQ(Scalar("SELECT to_regclass('public.outbox') IS NULL"), "t");
 }
 
+// source.slot_failover (the default): on PostgreSQL 17+ the slot setup makes is a failover
+// slot (standbys with sync_replication_slots keep it); before 17 setup makes an ordinary
+// slot with the same statement. Off: an ordinary slot on every version.
+TEST_F(SetupTest, MakesAFailoverSlotFrom17On) {
+  const bool failover_slots = std::stoi(Scalar("SHOW server_version_num")) >= 170000;
+  CommandResult r = RunWalrelay("setup " + dsn_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walrelay'"), "1");
+  if (failover_slots) {
+    EXPECT_EQ(Scalar("SELECT failover FROM pg_replication_slots WHERE slot_name = 'walrelay'"), "t");
+  }
+  r = RunWalrelay("setup " + dsn_ + " --source-slot plain --source-slot-failover false");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'plain'"), "1");
+  if (failover_slots) {
+    EXPECT_EQ(Scalar("SELECT failover FROM pg_replication_slots WHERE slot_name = 'plain'"), "f");
+  }
+}
+
 TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
   for (int i = 0; i < 2; ++i) {
     CommandResult r = RunWalrelay("setup " + dsn_ +

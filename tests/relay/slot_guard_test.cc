@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -387,6 +388,77 @@ TEST_F(SlotGuardTest, StartupChecksPassWithALoudKeepSizeWarning) {
   r = StartupChecks(config, opts);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->warnings.size(), 2u);
+}
+
+// Check 6 (PostgreSQL 17+, where a standby streams from the server through a physical
+// slot): a slot that is not a failover slot, and an empty synchronized_standby_slots, each
+// get a warning with the fix; neither applies before 17, without a physical slot, or with
+// source.slot_failover off.
+TEST_F(SlotGuardTest, StartupChecksWarnWhatAFailoverToAStandbyNeeds) {
+  auto version = cluster_->QueryScalar("SHOW server_version_num");
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  const bool failover_slots = std::stoi(*version) >= 170000;
+  RelayConfig config = ConfigFor(*cluster_);
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_create_logical_replication_slot('startup_slot', "
+                             "'pgoutput')")
+                  .ok());
+  auto count = [](const StartupReport& r, const std::string& text) {
+    return std::count_if(r.warnings.begin(), r.warnings.end(), [&](const std::string& w) {
+      return w.find(text) != std::string::npos;
+    });
+  };
+  const std::string not_failover = "is not a failover slot";
+  const std::string no_sync = "synchronized_standby_slots is empty";
+
+  // No standby: nothing to say.
+  auto r = StartupChecks(config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(count(*r, not_failover), 0);
+  EXPECT_EQ(count(*r, no_sync), 0);
+
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_create_physical_replication_slot('standby1')").ok());
+  r = StartupChecks(config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(count(*r, not_failover), failover_slots ? 1 : 0);
+  EXPECT_EQ(count(*r, no_sync), failover_slots ? 1 : 0);
+  if (failover_slots) {
+    for (const std::string& w : r->warnings) {
+      if (w.find(not_failover) != std::string::npos) {
+        EXPECT_NE(w.find("ALTER_REPLICATION_SLOT startup_slot (FAILOVER true)"), std::string::npos)
+            << w;
+      }
+      if (w.find(no_sync) != std::string::npos) {
+        EXPECT_NE(w.find("physical slots: standby1"), std::string::npos) << w;
+        EXPECT_NE(w.find("ALTER SYSTEM SET synchronized_standby_slots"), std::string::npos) << w;
+      }
+    }
+    // Both fixed: no warning. (The setting names a slot that must exist: standby1 does.)
+    ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('startup_slot')").ok());
+    ASSERT_TRUE(cluster_->Exec("SELECT pg_create_logical_replication_slot('startup_slot', "
+                               "'pgoutput', false, false, true)")
+                    .ok());
+    ASSERT_TRUE(cluster_->Exec("ALTER SYSTEM SET synchronized_standby_slots = 'standby1'").ok());
+    ASSERT_TRUE(cluster_->Exec("SELECT pg_reload_conf()").ok());
+    for (int i = 0; i < 50; ++i) {  // the reload reaches new sessions within moments
+      auto v = cluster_->QueryScalar("SHOW synchronized_standby_slots");
+      if (v.ok() && *v == "standby1") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    r = StartupChecks(config);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(count(*r, not_failover), 0);
+    EXPECT_EQ(count(*r, no_sync), 0);
+    ASSERT_TRUE(cluster_->Exec("ALTER SYSTEM RESET synchronized_standby_slots").ok());
+    ASSERT_TRUE(cluster_->Exec("SELECT pg_reload_conf()").ok());
+  }
+  // source.slot_failover off: the relay is told not to care.
+  config.slot_failover = false;
+  r = StartupChecks(config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(count(*r, not_failover), 0);
+  EXPECT_EQ(count(*r, no_sync), 0);
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('standby1')").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('startup_slot')").ok());
 }
 
 TEST_F(SlotGuardTest, StartupChecksNameTheFix) {
