@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/sql.h"
+#include "slot/server_version.h"
 
 namespace walrelay::slot {
 namespace {
@@ -127,7 +128,7 @@ Result<CreatedSlot> ReplicationConnection::CreateLogicalSlot(std::string_view sl
                                                              bool failover) {
   WALRELAY_RETURN_IF_ERROR(ValidateSlotName(slot_name));
   WALRELAY_RETURN_IF_ERROR(ValidateIdent("output plugin name", plugin, /*allow_upper=*/true));
-  if (failover && (temporary || server_version() < 170000)) {
+  if (failover && (temporary || !SupportsFailoverSlots(server_version()))) {
     return InvalidArgumentError(
         "a failover slot needs PostgreSQL 17 or later and a permanent slot (server " +
         std::to_string(server_version()) + (temporary ? ", temporary slot)" : ")"));

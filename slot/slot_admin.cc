@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "base/sql.h"
+#include "slot/server_version.h"
 
 namespace walrelay::slot {
 namespace {
@@ -114,8 +115,8 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
   const std::string sql =
       "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
       "restart_lsn, confirmed_flush_lsn, wal_status, safe_wal_size, pg_current_wal_lsn(), " +
-      std::string(version >= 160000 ? "conflicting, " : "NULL::boolean, ") +
-      (version >= 170000
+      std::string(version >= kPgVersionSlotConflicting ? "conflicting, " : "NULL::boolean, ") +
+      (SupportsFailoverSlots(version)
            ? "invalidation_reason, to_char(inactive_since AT TIME ZONE 'UTC', "
              "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), failover "
            : "NULL::text, NULL::text, false ") +

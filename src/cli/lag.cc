@@ -16,6 +16,7 @@
 
 #include "base/json.h"
 #include "slot/slot_admin.h"
+#include "slot/server_version.h"
 #include "src/cli/options.h"
 #include "src/metrics/registry.h"
 #include "src/relay/core/metric_names.h"
@@ -172,7 +173,8 @@ std::string RenderTable(const Snapshot& s) {
                      i ? dash(i->wal_status) : "-",
                      SafeWalSize(r, s.settings.max_slot_wal_keep_size_bytes),
                      !i ? "-" : !i->inactive_since.empty() ? i->inactive_since
-                               : s.settings.server_version_num >= 170000 ? "-" : "n/a",
+                               : slot::SupportsFailoverSlots(s.settings.server_version_num) ? "-"
+                                                                            : "n/a",
                      std::string(relay::SlotStateName(r.eval.state))});
   }
   out << Columns(cells);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "slot/pg_error.h"
+#include "slot/server_version.h"
 #include "slot/slot_admin.h"
 #include "src/relay/lifecycle/partitions.h"
 #include "src/relay/core/progress.h"
@@ -86,7 +87,8 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
                   unless_known);
   } else {
     sql.push_back("DO $$ BEGIN\n  IF " + unless_known +
-                  " THEN\n    IF current_setting('server_version_num')::int >= 170000 THEN\n"
+                  " THEN\n    IF current_setting('server_version_num')::int >= " +
+                  std::to_string(slot::kPgVersionFailoverSlots) + " THEN\n"
                   "      PERFORM pg_create_logical_replication_slot(" + args +
                   ", false, false, true);\n    ELSE\n"
                   "      PERFORM pg_create_logical_replication_slot(" + args +

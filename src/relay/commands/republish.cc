@@ -166,7 +166,7 @@ Result<RepublishResult> Republish(const RelayConfig& config, const RepublishRequ
                               replication->CreateLogicalSlot(
                                   config.slot, config.plugin, /*temporary=*/false,
                                   /*export_snapshot=*/true,
-                                  config.slot_failover && replication->server_version() >= 170000));
+                                  config.WantsFailoverSlot(replication->server_version())));
     out.slot_created = true;
     out.position = created.consistent_point;
     snapshot_name = created.snapshot_name;

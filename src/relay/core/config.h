@@ -13,6 +13,7 @@
 #include "base/headers.h"
 #include "base/status.h"
 #include "slot/conninfo.h"
+#include "slot/server_version.h"
 
 namespace walrelay::relay {
 
@@ -240,6 +241,12 @@ struct RelayConfig {
 
   // source_dsn and source_password, kept apart until libpq gets them (slot::ConnectPg).
   slot::ConnInfo SourceConninfo() const;
+
+  // Whether a slot walrelay creates on a server of this version is a failover slot: the one
+  // rule for `run`, lost-slot recovery, republish --create-slot and the start checks.
+  bool WantsFailoverSlot(int server_version) const {
+    return slot_failover && slot::SupportsFailoverSlots(server_version);
+  }
 };
 
 }  // namespace walrelay::relay

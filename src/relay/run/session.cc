@@ -16,9 +16,9 @@ using std::chrono::milliseconds;
 // the next session finds the slot and waits while the other relay reads it.
 Result<slot::CreatedSlot> CreateMissingSlot(slot::ReplicationConnection& conn,
                                             const RelayConfig& config, bool export_snapshot) {
-  const bool failover = config.slot_failover && conn.server_version() >= 170000;
   auto created = conn.CreateLogicalSlot(config.slot, config.plugin, /*temporary=*/false,
-                                        export_snapshot, failover);
+                                        export_snapshot,
+                                        config.WantsFailoverSlot(conn.server_version()));
   if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
     return UnavailableError(
         "replication slot " + config.slot +

@@ -134,7 +134,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
 
   // 6. failover readiness (PostgreSQL 17+), only where a standby streams from this server
   // through a physical slot: warnings, the relay runs either way.
-  if (report.settings.server_version_num >= 170000 && config.slot_failover) {
+  if (config.WantsFailoverSlot(report.settings.server_version_num)) {
     WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::SlotInfo> all, admin->ListSlots());
     std::string physical;
     for (const slot::SlotInfo& s : all) {
