@@ -136,5 +136,41 @@ TEST(OutboxMapperHeadersTest, TopicsOutsideTheAllowedListAreRefused) {
   }
 }
 
+// The topic checks are made once per new topic name (the mapper remembers the last name that
+// passed): whatever the order, a refused name stays refused, an invalid name is never
+// accepted after a valid one, and an accepted name is accepted again after a refusal.
+TEST(OutboxMapperHeadersTest, TopicChecksHoldInAnyOrderOfEvents) {
+  RelayConfig config;
+  config.allowed_topics = {"outbox.payment", "billing.*"};
+  OutboxMapper mapper(config);
+  OutboxEvent event;
+  OutboxRow row = Row("{}");
+  const struct {
+    const char* topic;
+    bool ok;
+  } sequence[] = {{"billing.a", true},  {"billing.a", true},   {"payroll", false},
+                  {"payroll", false},   {"billing.a", true},   {"bad topic", false},
+                  {"billing.a", true},  {"billing.b", true},   {"billing.b", true},
+                  {"outbox.payment", true}, {"billing", false}, {"outbox.payment", true}};
+  for (const auto& [topic, ok] : sequence) {
+    row.topic = topic;
+    const Status st = mapper.MapRow("public.outbox", row, &event);
+    EXPECT_EQ(st.ok(), ok) << topic << ": " << st.ToString();
+    if (ok) {
+      EXPECT_EQ(event.topic, topic);
+    }
+  }
+  // From the template too: an aggregate_type that makes an invalid name after a valid one.
+  RelayConfig open_config;
+  open_config.topic_template = "outbox.${aggregate_type}";
+  OutboxMapper open_mapper(open_config);
+  for (const auto& [type, ok] : {std::pair{"payment", true}, std::pair{"pay ment", false},
+                                 std::pair{"payment", true}, std::pair{"pay/ment", false}}) {
+    OutboxRow r = Row("{}");
+    r.aggregate_type = type;
+    EXPECT_EQ(open_mapper.MapRow("public.outbox", r, &event).ok(), ok) << type;
+  }
+}
+
 }  // namespace
 }  // namespace walrelay::relay

@@ -20,42 +20,6 @@ int FindColumn(const pgoutput::Relation& relation, const std::string& name) {
   return -1;
 }
 
-// Substitutes ${name} placeholders of `tmpl` into *out. Returns the name of a placeholder
-// whose value is empty (the topic would be wrong), or "" when all were set.
-std::string_view ExpandTemplate(std::string_view tmpl, std::string_view aggregate_type,
-                                std::string_view event_type, std::string_view table,
-                                std::string* out) {
-  std::string_view empty_placeholder;
-  out->clear();
-  size_t i = 0;
-  while (i < tmpl.size()) {
-    if (tmpl[i] == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
-      size_t close = tmpl.find('}', i + 2);
-      if (close != std::string_view::npos) {
-        std::string_view name = tmpl.substr(i + 2, close - i - 2);
-        std::string_view value;
-        bool known = true;
-        if (name == "aggregate_type") {
-          value = aggregate_type;
-        } else if (name == "event_type") {
-          value = event_type;
-        } else if (name == "table") {
-          value = table;
-        } else {
-          known = false;
-          out->append(tmpl.substr(i, close - i + 1));
-        }
-        if (known && value.empty() && empty_placeholder.empty()) empty_placeholder = name;
-        out->append(value);
-        i = close + 1;
-        continue;
-      }
-    }
-    out->push_back(tmpl[i++]);
-  }
-  return empty_placeholder;
-}
-
 // Header names the relay writes itself (the configured event id, event type, aggregate
 // type and position names) and the walrelay.* namespace, compared ignoring ASCII case: a
 // second copy from row data would let a consumer that reads the last (or any) header see
@@ -103,7 +67,64 @@ std::vector<OutboxTable> OutboxTablesByName(const std::vector<std::string>& conf
 
 OutboxMapper::OutboxMapper(const RelayConfig& config, std::vector<OutboxTable> tables,
                            bool match_by_oid)
-    : config_(config), tables_(std::move(tables)), match_by_oid_(match_by_oid) {}
+    : config_(config),
+      tables_(std::move(tables)),
+      match_by_oid_(match_by_oid),
+      topic_template_(CompileTopicTemplate(config.topic_template)) {}
+
+std::vector<OutboxMapper::TemplatePart> OutboxMapper::CompileTopicTemplate(
+    std::string_view tmpl) {
+  std::vector<TemplatePart> parts;
+  auto literal = [&parts](std::string_view text) {
+    if (text.empty()) return;
+    if (parts.empty() || parts.back().field != TemplateField::kLiteral) {
+      parts.push_back({TemplateField::kLiteral, {}});
+    }
+    parts.back().text.append(text);
+  };
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    const size_t open = tmpl.find("${", i);
+    const size_t close = open == std::string_view::npos ? open : tmpl.find('}', open + 2);
+    if (close == std::string_view::npos) {  // no (complete) placeholder left: text
+      literal(tmpl.substr(i));
+      break;
+    }
+    literal(tmpl.substr(i, open - i));
+    const std::string_view name = tmpl.substr(open + 2, close - open - 2);
+    const TemplateField field = name == "aggregate_type" ? TemplateField::kAggregateType
+                                : name == "event_type"   ? TemplateField::kEventType
+                                : name == "table"        ? TemplateField::kTable
+                                                         : TemplateField::kLiteral;
+    if (field == TemplateField::kLiteral) {
+      literal(tmpl.substr(open, close - open + 1));  // an unknown placeholder stays as text
+    } else {
+      parts.push_back({field, std::string(name)});
+    }
+    i = close + 1;
+  }
+  return parts;
+}
+
+std::string_view OutboxMapper::ExpandTopicTemplate(std::string_view table,
+                                                   const OutboxEvent& event) {
+  std::string_view empty_placeholder;
+  topic_buffer_.clear();
+  for (const TemplatePart& part : topic_template_) {
+    std::string_view value;
+    switch (part.field) {
+      case TemplateField::kLiteral:
+        topic_buffer_.append(part.text);
+        continue;
+      case TemplateField::kAggregateType: value = event.aggregate_type; break;
+      case TemplateField::kEventType: value = event.event_type; break;
+      case TemplateField::kTable: value = table; break;
+    }
+    if (value.empty() && empty_placeholder.empty()) empty_placeholder = part.text;
+    topic_buffer_.append(value);
+  }
+  return empty_placeholder;
+}
 
 void OutboxMapper::OnRelation(const pgoutput::Relation& relation) {
   Mapping m;
@@ -163,8 +184,7 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
     Reset(out);
     return InvalidArgumentError(m.missing);
   }
-  insert.new_tuple.FillColumns(&columns_);
-  Reset(out);
+  insert.new_tuple.FillColumns(&columns_);  // MapRow resets *out
 
   // The text of column `index` (nullopt for NULL or an absent column); an error for a
   // value that is not text.
@@ -342,8 +362,7 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
   if (!topic_column.empty()) {
     out->topic = topic_column;
   } else {
-    std::string_view unset = ExpandTemplate(config_.topic_template, out->aggregate_type,
-                                            out->event_type, table, &topic_buffer_);
+    const std::string_view unset = ExpandTopicTemplate(table, *out);
     if (!unset.empty()) {
       return InvalidArgumentError("no topic: the topic column is NULL and ${" + std::string(unset) +
                                   "} of the topic template '" + config_.topic_template +
@@ -351,20 +370,25 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
     }
     out->topic = topic_buffer_;
   }
-  if (!ValidTopicName(out->topic)) {
-    return InvalidArgumentError("invalid Kafka topic name '" + std::string(out->topic) +
-                                "' (1-249 characters of [a-zA-Z0-9._-])");
-  }
-  if (!config_.allowed_topics.empty() &&
-      std::none_of(config_.allowed_topics.begin(), config_.allowed_topics.end(),
-                   [&](const std::string& a) {
-                     return !a.empty() && a.back() == '*'
-                                ? out->topic.starts_with(std::string_view(a).substr(0, a.size() - 1))
-                                : out->topic == a;
-                   })) {
-    return InvalidArgumentError("topic '" + std::string(out->topic) +
-                                 "' is not in outbox.allowed_topics; add it there if this "
-                                 "writer may publish to it");
+  // The checks of a topic depend on its name only: done once per new name (most events go
+  // to the topic of the event before).
+  if (out->topic.empty() || out->topic != checked_topic_) {
+    if (!ValidTopicName(out->topic)) {
+      return InvalidArgumentError("invalid Kafka topic name '" + std::string(out->topic) +
+                                  "' (1-249 characters of [a-zA-Z0-9._-])");
+    }
+    const auto allows = [&](const std::string& a) {
+      return !a.empty() && a.back() == '*'
+                 ? out->topic.starts_with(std::string_view(a).substr(0, a.size() - 1))
+                 : out->topic == a;
+    };
+    if (!config_.allowed_topics.empty() &&
+        std::none_of(config_.allowed_topics.begin(), config_.allowed_topics.end(), allows)) {
+      return InvalidArgumentError("topic '" + std::string(out->topic) +
+                                  "' is not in outbox.allowed_topics; add it there if this "
+                                  "writer may publish to it");
+    }
+    checked_topic_.assign(out->topic);
   }
   if (out->key.empty()) return InvalidArgumentError("aggregate_id is empty");
   out->value_is_bytes = !value_is_text;

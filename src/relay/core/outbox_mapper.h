@@ -31,6 +31,8 @@
 //
 // LIFETIME: the string_views of an OutboxEvent point into the decoded row or message and
 // into the mapper's own buffers; valid until the next Map*() call or while the input is.
+// The mapper keeps a reference to the configuration, which must outlive it; the topic
+// template is parsed when the mapper is made (a later change to it is not seen).
 // Thread safety: not thread-safe; one mapper per relay thread.
 #pragma once
 
@@ -129,6 +131,18 @@ class OutboxMapper {
     bool payload_is_bytea = false;
   };
 
+  // The topic template, parsed once: literal text and the placeholders ${aggregate_type},
+  // ${event_type} and ${table} (an unknown ${name} is literal text).
+  enum class TemplateField { kLiteral, kAggregateType, kEventType, kTable };
+  struct TemplatePart {
+    TemplateField field;
+    std::string text;  // the literal, or the placeholder's name
+  };
+  static std::vector<TemplatePart> CompileTopicTemplate(std::string_view tmpl);
+  // The template for `event` of `table` into topic_buffer_. Returns the name of a
+  // placeholder whose value is empty (the topic would be wrong), or "" when all were set.
+  std::string_view ExpandTopicTemplate(std::string_view table, const OutboxEvent& event);
+
   void Reset(OutboxEvent* out);
   // Topic, its checks, the key check, and the key and value formats (config's
   // key_format / value_format; `value_is_text` false for a bytea payload's bytes).
@@ -141,7 +155,9 @@ class OutboxMapper {
   const bool match_by_oid_;
   std::unordered_map<pgoutput::Oid, Mapping> relations_;
   std::vector<pgoutput::ColumnValue> columns_;  // reused per row
+  const std::vector<TemplatePart> topic_template_;
   std::string topic_buffer_;
+  std::string checked_topic_;  // the last topic name that passed the topic checks
   std::deque<std::string> owned_;  // stable storage for converted header values / payloads
   simdjson::dom::parser json_;     // views into its buffers live until the next parse
 };
