@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -100,6 +101,34 @@ Status ReadNamespace(Ctx& c, std::string_view* out) {
   return Status::Ok();
 }
 
+constexpr size_t kNotWellFormed = SIZE_MAX;
+
+// The byte length of `n` well-formed columns at the start of `bytes` (kind 'n' or 'u', or
+// 't' / 'b' with a non-negative Int32 length and that many bytes), else kNotWellFormed.
+size_t WellFormedTupleLength(std::string_view bytes, uint16_t n) {
+  const char* const begin = bytes.data();
+  const char* const end = begin + bytes.size();
+  const char* p = begin;
+  for (uint16_t i = 0; i < n; ++i) {
+    if (p == end) return kNotWellFormed;
+    const char kind = *p++;
+    if (kind == static_cast<char>(ColumnKind::kText) ||
+        kind == static_cast<char>(ColumnKind::kBinary)) {
+      if (end - p < 4) return kNotWellFormed;
+      const uint32_t len = decoder::LoadBigEndian32(p);
+      p += 4;
+      if (len > static_cast<uint32_t>(INT32_MAX) || static_cast<size_t>(end - p) < len) {
+        return kNotWellFormed;
+      }
+      p += len;
+    } else if (kind != static_cast<char>(ColumnKind::kNull) &&
+               kind != static_cast<char>(ColumnKind::kUnchanged)) {
+      return kNotWellFormed;
+    }
+  }
+  return static_cast<size_t>(p - begin);
+}
+
 Status ReadTuple(Ctx& c, std::string_view which, TupleView* out) {
   const size_t count_at = c.r.offset();
   uint16_t n;
@@ -110,6 +139,13 @@ Status ReadTuple(Ctx& c, std::string_view which, TupleView* out) {
                          std::to_string(kMaxColumns));
   }
   const size_t start = c.r.offset();
+  // One tight pass over a well-formed tuple (every tuple a server sends); anything it does
+  // not accept is read again by the checked loop below, which says what is wrong.
+  if (const size_t length = WellFormedTupleLength(c.r.rest(), n); length != kNotWellFormed) {
+    c.r.Skip(length);
+    *out = TupleParser::Make(c.r.data().substr(start, length), n);
+    return Status::Ok();
+  }
   for (uint16_t i = 0; i < n; ++i) {
     const size_t at = c.r.offset();
     uint8_t kind;
@@ -473,8 +509,9 @@ std::string_view MessageTypeName(MessageType type) {
 MessageType TypeOf(const Message& message) { return kTypeByIndex[message.index()]; }
 
 void TupleView::FillColumns(std::vector<ColumnValue>* out) const {
-  out->clear();
-  for (const ColumnValue& v : *this) out->push_back(v);
+  out->resize(num_columns_);
+  ColumnValue* w = out->data();
+  for (const ColumnValue& v : *this) *w++ = v;
 }
 
 bool operator==(const TupleView& a, const TupleView& b) {

@@ -187,27 +187,31 @@ Status OutboxMapper::MapInsert(const pgoutput::Insert& insert, OutboxEvent* out)
   insert.new_tuple.FillColumns(&columns_);  // MapRow resets *out
 
   // The text of column `index` (nullopt for NULL or an absent column); an error for a
-  // value that is not text.
+  // value that is not text. The common case (a text column) is inline; the rest is not.
   Status first_error;
-  auto text = [&](int index, const std::string& name) -> std::optional<std::string_view> {
-    if (index < 0) return std::nullopt;
+  auto other = [&](int index, const std::string& name) -> std::optional<std::string_view> {
+    if (index < 0 || !first_error.ok()) return std::nullopt;
     if (static_cast<size_t>(index) >= columns_.size()) {
-      if (first_error.ok()) {
-        first_error = InvalidArgumentError(
-            "row of " + m.table + " has " + std::to_string(columns_.size()) +
-            " columns, expected column " + name + " at position " + std::to_string(index + 1));
-      }
+      first_error = InvalidArgumentError(
+          "row of " + m.table + " has " + std::to_string(columns_.size()) +
+          " columns, expected column " + name + " at position " + std::to_string(index + 1));
       return std::nullopt;
     }
-    const pgoutput::ColumnValue& col = columns_[index];
-    if (col.kind == pgoutput::ColumnKind::kText) return col.data;
-    if (col.kind != pgoutput::ColumnKind::kNull && first_error.ok()) {
+    const pgoutput::ColumnKind kind = columns_[index].kind;
+    if (kind != pgoutput::ColumnKind::kNull) {
       first_error = InvalidArgumentError("column " + name + " arrived " +
-                                         (col.kind == pgoutput::ColumnKind::kBinary
+                                         (kind == pgoutput::ColumnKind::kBinary
                                               ? "in binary format (do not set binary 'true')"
                                               : "as unchanged TOAST, which an INSERT never sends"));
     }
     return std::nullopt;
+  };
+  auto text = [&](int index, const std::string& name) -> std::optional<std::string_view> {
+    if (index >= 0 && static_cast<size_t>(index) < columns_.size() &&
+        columns_[index].kind == pgoutput::ColumnKind::kText) [[likely]] {
+      return columns_[index].data;
+    }
+    return other(index, name);
   };
   const OutboxColumns& c = config_.columns;
   OutboxRow row;
