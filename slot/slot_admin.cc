@@ -228,7 +228,8 @@ Result<ServerSettings> SlotAdmin::GetServerSettings() {
       Query("reading server settings",
             "SELECT name, setting, unit FROM pg_settings WHERE name IN ('wal_level', "
             "'max_slot_wal_keep_size', 'max_replication_slots', 'max_wal_senders', "
-            "'wal_sender_timeout', 'server_version_num', 'synchronized_standby_slots')"));
+            "'wal_sender_timeout', 'server_version_num', 'synchronized_standby_slots', "
+            "'idle_replication_slot_timeout')"));
   ServerSettings s;
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     const std::string name = Value(r.get(), i, 0);
@@ -255,6 +256,10 @@ Result<ServerSettings> SlotAdmin::GetServerSettings() {
       s.server_version_num = static_cast<int>(v);
     } else if (name == "synchronized_standby_slots") {
       s.synchronized_standby_slots = setting;
+    } else if (name == "idle_replication_slot_timeout") {
+      WALRELAY_ASSIGN_OR_RETURN(int64_t v, ParseInt(name, setting));
+      const int64_t per = unit == "min" ? 60 : unit == "h" ? 3600 : 1;  // "s" on 18
+      s.idle_replication_slot_timeout = std::chrono::seconds(v * per);
     }
   }
   return s;

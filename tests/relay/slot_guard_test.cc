@@ -628,5 +628,76 @@ TEST(SlotGuardLostTest, InvalidatedSlotIsLostForGuardAndStartupChecks) {
   EXPECT_TRUE(report->warnings.empty() == false);
 }
 
+// PostgreSQL 18's idle_replication_slot_timeout, on a real 18 (skipped before it): the start
+// checks warn while the setting is on, a slot nobody reads is invalidated at the next
+// checkpoint, and the guard and the start checks call it lost, naming the reason and the
+// setting (the relay then recovers it as any lost slot: RecoveryTest).
+TEST(SlotGuardLostTest, IdleTimeoutOn18IsWarnedAboutAndNamedWhenItStrikes) {
+  auto c = TestCluster::Start();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  TestCluster& cluster = **c;
+  const int version = std::stoi(*cluster.QueryScalar("SHOW server_version_num"));
+  if (version < 180000) GTEST_SKIP() << "idle_replication_slot_timeout exists from 18 on";
+  ASSERT_TRUE(cluster
+                  .Exec("CREATE TABLE outbox (id bigserial PRIMARY KEY, payload text);"
+                        "CREATE PUBLICATION idle_pub FOR TABLE outbox;")
+                  .ok());
+  ASSERT_TRUE(
+      cluster.Exec("SELECT pg_create_logical_replication_slot('idle_slot', 'pgoutput')").ok());
+  RelayConfig config;
+  config.source_dsn = cluster.conninfo();
+  config.slot = "idle_slot";
+  config.publication = "idle_pub";
+  config.tables = {"outbox"};
+  auto has_warning = [](const StartupReport& r, std::string_view text) {
+    return std::any_of(r.warnings.begin(), r.warnings.end(), [&](const std::string& w) {
+      return w.find(text) != std::string::npos;
+    });
+  };
+  auto before = StartupChecks(config);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->settings.idle_replication_slot_timeout.count(), 0);
+  EXPECT_FALSE(has_warning(*before, "idle_replication_slot_timeout"));
+
+  ASSERT_TRUE(cluster.Exec("ALTER SYSTEM SET idle_replication_slot_timeout = 1").ok());
+  ASSERT_TRUE(cluster.Exec("SELECT pg_reload_conf()").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the reload is asynchronous
+  auto on = StartupChecks(config);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->settings.idle_replication_slot_timeout.count(), 1);
+  EXPECT_TRUE(has_warning(*on, "idle_replication_slot_timeout is 1 s on this server"));
+  EXPECT_TRUE(has_warning(*on, "ALTER SYSTEM SET idle_replication_slot_timeout = 0"));
+
+  // Idle for longer than the timeout, then a checkpoint: invalidated.
+  std::string reason;
+  for (int i = 0; i < 40 && reason.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ASSERT_TRUE(cluster.Exec("CHECKPOINT").ok());
+    auto r = cluster.QueryScalar(
+        "SELECT coalesce(invalidation_reason, '') FROM pg_replication_slots "
+        "WHERE slot_name = 'idle_slot'");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    reason = *r;
+  }
+  ASSERT_EQ(reason, "idle_timeout") << cluster.ServerLogTail();
+
+  metrics::Registry registry;
+  SlotGuardOptions o;
+  o.conninfo = cluster.conninfo();
+  o.slot = "idle_slot";
+  o.registry = &registry;
+  SlotGuard guard(o);
+  auto st = guard.Poll();
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(*st, SlotState::kLost);
+  ASSERT_TRUE(guard.last().has_value());
+  EXPECT_EQ(guard.last()->slot->invalidation_reason, "idle_timeout");
+  Status err = StartupChecks(config).status();
+  EXPECT_EQ(err.code(), StatusCode::kDataLoss) << err.ToString();
+  EXPECT_NE(err.message().find("invalidated (idle_timeout)"), std::string::npos) << err.message();
+  EXPECT_NE(err.message().find("idle_replication_slot_timeout"), std::string::npos)
+      << err.message();
+}
+
 }  // namespace
 }  // namespace walrelay::relay

@@ -163,6 +163,18 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
       }
     }
   }
+
+  // 7. PostgreSQL 18+'s idle_replication_slot_timeout: while walrelay runs it reads the
+  // slot, but a relay stopped (or every relay standing by) for longer loses it.
+  if (const auto idle = report.settings.idle_replication_slot_timeout; idle.count() > 0) {
+    warn("idle_replication_slot_timeout is " + std::to_string(idle.count()) +
+         " s on this server: if no walrelay reads slot \"" + config.slot +
+         "\" for longer (an outage, a long maintenance stop), the server invalidates it at "
+         "its next checkpoint and walrelay runs lost-slot recovery (outbox rows republished "
+         "from the recorded bound: repeats; table-less events of the gap are lost). Fix: "
+         "ALTER SYSTEM SET idle_replication_slot_timeout = 0 (or longer than any stop you "
+         "plan); SELECT pg_reload_conf(); (docs/operations.md, lost or missing slot)");
+  }
   return report;
 }
 

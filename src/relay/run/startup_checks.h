@@ -57,6 +57,8 @@ struct StartupReport {
 //   6. PostgreSQL 17+ with source.slot_failover, where physical slots exist (a standby):
 //      the slot is not a failover slot, or      a warning each, with the fix
 //      synchronized_standby_slots is empty
+//   7. PostgreSQL 18+ with idle_replication_slot_timeout > 0: a warning with what a stop
+//      longer than it costs and the fix
 // Read-only: nothing is created or altered. Opens its own short-lived connections to
 // `config.source_dsn`. kUnavailable when the server cannot be reached.
 Result<StartupReport> StartupChecks(const RelayConfig& config,
