@@ -219,14 +219,9 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   // deadline from then, and the time the last buffered bytes were taken as "received".
   std::optional<Clock::time_point> deadline;
   int tries = 0;  // reads of a moving stream's socket before poll() (see moving_)
-  bool napped = false;  // a busy-stream nap whose finding is not judged yet (NapRule)
   for (;;) {
     char* buf = nullptr;
     const int n = PQgetCopyData(conn_.get(), &buf, /*async=*/1);
-    if (napped && n != 0) {
-      nap_.Found();
-      napped = false;
-    }
     if (n > 0) {
       received_unstamped_ = true;
       copy_buf_ = buf;
@@ -269,19 +264,9 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     // A moving stream: take what the socket holds without poll(), then once more after a
     // nap off the socket's wait queue, before sleeping on it (the header's "busy stream").
     if (moving_ && timeout.count() > 0 && tries < 2) {
-      const bool nap = tries++ == 1;
-      if (!nap || nap_.Take()) {
-        if (nap) {
-          std::this_thread::sleep_for(kBusyStreamNap);
-          napped = true;
-        }
-        if (PQconsumeInput(conn_.get()) == 0) return broken();
-        continue;
-      }
-    }
-    if (napped) {
-      nap_.Missed();
-      napped = false;
+      if (tries++ == 1) std::this_thread::sleep_for(kBusyStreamNap);
+      if (PQconsumeInput(conn_.get()) == 0) return broken();
+      continue;
     }
     moving_ = false;
     const auto now = Clock::now();
