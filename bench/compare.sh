@@ -264,10 +264,10 @@ if [[ $REPLAY == 1 ]]; then
   log "recording the backlog (walrelay record, slot rec)"
   "$WALRELAY" record --dsn "$DSN_unix" --slot rec --until-lsn "$END" -o "$WORK/backlog.wrr" -q
   log "replaying into the null sink"
-  REPLAY_NULL=$("$WALRELAY" replay "$WORK/backlog.wrr" --sink null --json)
+  REPLAY_NULL=$(LD_PRELOAD=${WALRELAY_PRELOAD:-} "$WALRELAY" replay "$WORK/backlog.wrr" --sink null --json)
   log "replaying into the dev broker"
   b0=$(cpu_of "$BROKER_PID")
-  REPLAY_KAFKA=$("$WALRELAY" replay "$WORK/backlog.wrr" --sink kafka --kafka-bootstrap-servers "$BOOT" --json)
+  REPLAY_KAFKA=$(LD_PRELOAD=${WALRELAY_PRELOAD:-} "$WALRELAY" replay "$WORK/backlog.wrr" --sink kafka --kafka-bootstrap-servers "$BOOT" --json)
   REPLAY_BROKER_CPU=$(ticks_s $(($(cpu_of "$BROKER_PID") - b0)))
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)

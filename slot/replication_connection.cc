@@ -219,9 +219,14 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   // deadline from then, and the time the last buffered bytes were taken as "received".
   std::optional<Clock::time_point> deadline;
   int tries = 0;  // reads of a moving stream's socket before poll() (see moving_)
+  NapRule* napped = nullptr;  // the rule of a nap whose finding is not judged yet
   for (;;) {
     char* buf = nullptr;
     const int n = PQgetCopyData(conn_.get(), &buf, /*async=*/1);
+    if (napped != nullptr && n != 0) {
+      napped->Found();
+      napped = nullptr;
+    }
     if (n > 0) {
       received_unstamped_ = true;
       copy_buf_ = buf;
@@ -264,9 +269,20 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
     // A moving stream: take what the socket holds without poll(), then once more after a
     // nap off the socket's wait queue, before sleeping on it (the header's "busy stream").
     if (moving_ && timeout.count() > 0 && tries < 2) {
-      if (tries++ == 1) std::this_thread::sleep_for(kBusyStreamNap);
-      if (PQconsumeInput(conn_.get()) == 0) return broken();
-      continue;
+      const bool nap = tries++ == 1;
+      NapRule& rule = naps_[in_transaction_ ? 1 : 0];
+      if (!nap || rule.Take()) {
+        if (nap) {
+          std::this_thread::sleep_for(kBusyStreamNap);
+          napped = &rule;
+        }
+        if (PQconsumeInput(conn_.get()) == 0) return broken();
+        continue;
+      }
+    }
+    if (napped != nullptr) {
+      napped->Missed();
+      napped = nullptr;
     }
     moving_ = false;
     const auto now = Clock::now();

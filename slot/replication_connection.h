@@ -29,6 +29,7 @@
 // Thread safety: none; one thread drives a connection. The object owns its PGconn.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -98,6 +99,40 @@ class FrameSource {
   // caller serves after every Read() that woke and keeps it open while it is set. Sources
   // that never wait (recordings) may ignore it.
   virtual void SetWakeFd(int /*fd*/) {}
+  // A hint from the consumer, which decodes the frames: whether the stream is inside a
+  // transaction (after its Begin, before its Commit). ReplicationConnection judges its
+  // busy-stream nap separately for each (NapRule): inside a transaction the next change
+  // follows at once; after a Commit it may not (sparse single-row transactions).
+  virtual void SetInTransaction(bool /*in_transaction*/) {}
+};
+
+// When a catching-up reader of a moving stream takes the busy-stream nap (Read() below).
+// A nap that finds a message keeps naps on; one that finds nothing makes the next `skip`
+// catch-ups go straight to poll(), `skip` doubling (1, 2, 4, ...) up to kMaxSkips while
+// naps keep missing. A dense drain, where a nap nearly always finds the walsender's next
+// send, naps every time; between sparse transactions (5,000 single-row transactions/s:
+// 200 us apart, longer than a nap) it naps once per kMaxSkips + 1 catch-ups instead of
+// each. ReplicationConnection keeps one rule inside transactions and one between them
+// (FrameSource::SetInTransaction), so that the misses between sparse transactions do not
+// turn off the naps inside a transaction, or those of a dense drain.
+class NapRule {
+ public:
+  static constexpr uint32_t kMaxSkips = 64;
+  // Whether to nap at this catch-up (false: go to poll()).
+  bool Take() {
+    if (skip_ == 0) return true;
+    --skip_;
+    return false;
+  }
+  void Found() { backoff_ = 0; }
+  void Missed() {
+    backoff_ = backoff_ == 0 ? 1 : std::min(backoff_ * 2, kMaxSkips);
+    skip_ = backoff_;
+  }
+
+ private:
+  uint32_t skip_ = 0;     // catch-ups left that skip the nap
+  uint32_t backoff_ = 0;  // the skip after the last miss (0: the last nap found data)
 };
 
 class ReplicationConnection : public FrameSource {
@@ -152,16 +187,18 @@ class ReplicationConnection : public FrameSource {
   // framing), or the server's error mapped (pg_error.h).
   // A busy stream: when the buffered messages run out right after XLogData and `timeout`
   // is not 0, Read() first takes what the socket holds without poll(), then naps
-  // kBusyStreamNap and takes it once more, and only then sleeps in poll(). A reader that
+  // kBusyStreamNap (when NapRule says so) and takes it once more, and only then sleeps in
+  // poll(). A reader that
   // sleeps on the socket whenever it catches up must be woken by the walsender's every
   // send, and on a virtual machine that wake-up is the walsender's dearest step (14 % of
   // its samples in a drain where the reader kept catching up, against 2 % for
   // pg_recvlogical, which is slower per message and rarely sleeps); the nap costs the
   // reader a timer instead and lets several messages gather per read. Measured
   // (bench/README.md, "Reading a busy stream"): the read path's CPU per event halved in a
-  // drain; a stream of single-row transactions (5,000/s, where the nap seldom finds
-  // anything) pays ~4 us of CPU per transaction. Adds at most one nap (plus timer slack)
-  // of latency when a stream stops; nothing once it is idle.
+  // drain. A stream of single-row transactions (5,000/s, where the nap seldom finds
+  // anything) paid ~4 us of CPU per transaction for it until NapRule made the nap back off
+  // where it misses. Adds at most one nap (plus timer slack) of latency when a stream
+  // stops; nothing once it is idle.
   // REQUIRES: streaming().
   Result<Frame> Read(std::chrono::milliseconds timeout) override;
   static constexpr std::chrono::microseconds kBusyStreamNap{50};
@@ -171,6 +208,7 @@ class ReplicationConnection : public FrameSource {
   // REQUIRES: streaming().
   Status SendStatus(Lsn write, Lsn flush, Lsn apply, bool reply_requested = false) override;
   void SetWakeFd(int fd) override { wake_fd_ = fd; }
+  void SetInTransaction(bool in_transaction) override { in_transaction_ = in_transaction; }
 
   // Ends COPY (CopyDone), drains the server's remaining output and closes the
   // connection. Idempotent. After Close, only the destructor may be called.
@@ -202,6 +240,8 @@ class ReplicationConnection : public FrameSource {
   char* copy_buf_ = nullptr;           // libpq-allocated; backs the last Frame's xlog.data
   bool streaming_ = false;
   bool moving_ = false;  // the last frame was XLogData: the next read tries before poll()
+  NapRule naps_[2];  // [in_transaction_]: each state learns whether its naps find data
+  bool in_transaction_ = false;
   int wake_fd_ = -1;     // SetWakeFd
   std::string slot_;  // slot being streamed, for messages
 };

@@ -130,6 +130,26 @@ class IdleSource : public slot::FrameSource {
 // socket and the producer's wake descriptor instead of polling every millisecond (it did:
 // about 1,000 wake-ups a second for as long as the outage lasted), and it still sees the
 // ack at once when the brokers return.
+// The pipeline tells its source where each transaction begins and ends: the replication
+// connection judges its busy-stream naps separately inside and between transactions
+// (slot::NapRule). Three transactions: one with an outbox row, two empty.
+TEST(PipelineTest, TellsTheSourceWhereTransactionsBeginAndEnd) {
+  RelayConfig config;
+  config.shutdown_timeout = std::chrono::milliseconds(0);
+  RelayStats stats;
+  testing::ScriptedSource source(2);
+  testing::HoldingSink sink;
+  LoggingDeadLetterSink dead_letters;
+  Pipeline::Options options;
+  options.end_of_stream_is_error = false;
+  Pipeline pipeline(config, stats, source, sink, dead_letters, options);
+  std::atomic<bool> stop{false};
+  const Status run = pipeline.Run(stop);
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(stats.transactions.load(), 3u);
+  EXPECT_EQ(source.in_transaction_hints, "TETETE");
+}
+
 TEST(PipelineTest, WaitingOnKafkaSleepsUntilAnAckArrives) {
   auto cluster = kafka::MockCluster::Create(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();

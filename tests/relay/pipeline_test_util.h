@@ -82,7 +82,11 @@ class ScriptedSource : public slot::FrameSource {
     last_flush = flush;
     return Status::Ok();
   }
+  void SetInTransaction(bool in_transaction) override {
+    in_transaction_hints += in_transaction ? 'T' : 'E';
+  }
   Lsn last_flush;
+  std::string in_transaction_hints;  // 'T' for each SetInTransaction(true), 'E' for false
 
  private:
   const uint64_t empty_;

@@ -362,6 +362,7 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       tx_ordinal_ = 0;
       tx_xid_ = begin.xid;
       tx_commit_time_us_ = slot::PgTimeToUnixMicros(begin.commit_time);
+      source_.SetInTransaction(true);
       return Status::Ok();
     }
     case TransactionAssembler::Boundary::kCommit:
@@ -382,6 +383,7 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       RetireAcked();  // publishes the oldest pending commit
       tx_ = 0;
       stats_.transactions.fetch_add(1, std::memory_order_relaxed);
+      source_.SetInTransaction(false);
       return Status::Ok();
     case TransactionAssembler::Boundary::kNone:
       break;
