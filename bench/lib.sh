@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # bench/lib.sh: what the benchmark scripts share. Sourced, never run.
 #
-# Before sourcing, set ROOT (the source tree), BUILD (build directory, relative to ROOT),
+# Before sourcing, set ROOT (the source tree), BUILD (build directory, relative to ROOT or
+# absolute; BUILD_DIR is it made absolute),
 # WORK (scratch directory, emptied) and BENCH_NAME (prefix of log lines). Provides:
 #   log MSG...            a timestamped line on stderr
 #   WALRELAY, DEVBROKER   the programs (built by bench_build when missing)
@@ -18,8 +19,9 @@
 #   cpu_of PID [all]      utime+stime of a live process in clock ticks (+ reaped children)
 #   bench_cleanup         stops $SAMPLER_PID, $RELAY_PID, $BROKER_PID and every pid in
 #                         $EXTRA_PIDS (when set), destroys the cluster and $WORK unless KEEP=1
-WALRELAY=$ROOT/$BUILD/src/cli/walrelay
-DEVBROKER=$ROOT/$BUILD/src/kafka/walrelay-devbroker
+if [[ $BUILD == /* ]]; then BUILD_DIR=$BUILD; else BUILD_DIR=$ROOT/$BUILD; fi
+WALRELAY=$BUILD_DIR/src/cli/walrelay
+DEVBROKER=$BUILD_DIR/src/kafka/walrelay-devbroker
 CLK_TCK=$(getconf CLK_TCK)
 BROKER_PID=""
 RELAY_PID=""
@@ -31,8 +33,8 @@ log() { printf '[%s %s] %s\n' "$BENCH_NAME" "$(date +%T)" "$*" >&2; }
 bench_build() {
   if [[ ! -x $WALRELAY || ! -x $DEVBROKER ]]; then
     log "building walrelay and walrelay-devbroker in $BUILD"
-    cmake -S "$ROOT" -B "$ROOT/$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
-    cmake --build "$ROOT/$BUILD" -j2 --target walrelay walrelay-devbroker
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
+    cmake --build "$BUILD_DIR" -j2 --target walrelay walrelay-devbroker
   fi
 }
 

@@ -47,8 +47,9 @@ SHAPES=${SHAPES:-1 100}
 BUILD=${BUILD:-build-bench}
 WORK=${WORK:-/tmp/walrelay-vs-debezium}
 PARTITIONS=12
-WALRELAY=$ROOT/$BUILD/src/cli/walrelay
-PROBE=$ROOT/$BUILD/bench/e2e/e2e_probe
+if [[ $BUILD == /* ]]; then BUILD_DIR=$BUILD; else BUILD_DIR=$ROOT/$BUILD; fi
+WALRELAY=$BUILD_DIR/src/cli/walrelay
+PROBE=$BUILD_DIR/bench/e2e/e2e_probe
 DBZ="$ROOT/bench/debezium/debezium.sh"
 RESULTS=$WORK/results.tsv
 
@@ -56,8 +57,8 @@ log() { printf '[vs_debezium %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 if [[ ! -x $WALRELAY || ! -x $PROBE ]]; then
   log "building walrelay and e2e_probe in $BUILD"
-  cmake -S "$ROOT" -B "$ROOT/$BUILD" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
-  cmake --build "$ROOT/$BUILD" -j2 --target walrelay e2e_probe
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
+  cmake --build "$BUILD_DIR" -j2 --target walrelay e2e_probe
 fi
 bash "$DBZ" fetch
 
