@@ -16,6 +16,10 @@
 #   live     `walrelay run` draining a backlog of N events from a slot into the dev broker
 #            until the slot confirms its end: the same plus libpq and the replication
 #            protocol (and the waits between messages: polls are counted, sleeps are not)
+#   cpu      (not in the default CASES) the live drain again without valgrind: CPU seconds
+#            of the relay process (user + system, start-up included) per event, peak RSS
+# With BENCH_KAFKA=apache, kafka, live and cpu publish to three Apache Kafka brokers
+# (scripts/kafka.sh) instead of the dev broker: the librdkafka share against a real cluster.
 # null and kafka are differential: (Ir(N events) - Ir(N/5 events)) / (N - N/5), so start-up
 # and shutdown cancel out. live is Ir / N (start-up included; small at N=100,000).
 # The recordings are made once per N and kept in $CACHE (same input, same counts): delete
@@ -23,7 +27,9 @@
 #
 # Env: N (100000), BUILD (build-bench; built when missing, Release), WORK
 #      (/tmp/walrelay-instructions), CACHE (${XDG_CACHE_HOME:-~/.cache}/walrelay/instructions),
-#      CASES ("null kafka live").
+#      CASES ("null kafka live"; "cpu" too on demand), BENCH_KAFKA (dev or apache),
+#      WALRELAY_PRELOAD (another malloc for the relay of live and cpu, e.g.
+#      /usr/lib/x86_64-linux-gnu/libjemalloc.so.2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -101,7 +107,8 @@ PY
 }
 
 report() {  # CASE LINE
-  printf 'instructions per event, %-5s %s (N=%d, %s, commit %s)\n' "$1" "$2" "$N" "$COUNTER" "$COMMIT"
+  printf 'instructions per event, %-5s %s (N=%d, %s, %s broker, commit %s)\n' "$1" "$2" "$N" \
+    "$COUNTER" "${BENCH_KAFKA:-dev}" "$COMMIT"
 }
 
 rec_big=$(recording "$N")
@@ -116,24 +123,37 @@ for c in $CASES; do
       big=$(count "$WALRELAY" replay "$rec_big" --sink kafka --kafka-bootstrap-servers "$BOOT")
       small=$(count "$WALRELAY" replay "$rec_small" --sink kafka --kafka-bootstrap-servers "$BOOT")
       report kafka "$(per_event "$big" "$small" $((N - SMALL)))" ;;
-    live)
-      q "SELECT pg_create_logical_replication_slot('live', 'pgoutput')" >/dev/null
+    live | cpu)
+      slot=$c
+      q "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
       load "$N"
       end=$(q "SELECT pg_current_wal_lsn()")
-      out="$WORK/cg.live"
-      valgrind --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no -q \
-        "$WALRELAY" run --source-dsn "$DSN" --source-slot live --source-create-slot false \
+      out="$WORK/cg.$slot"
+      under=(valgrind --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no -q)
+      [[ $c == cpu ]] && under=()
+      LD_PRELOAD=${WALRELAY_PRELOAD:-} "${under[@]}" "$WALRELAY" run --source-dsn "$DSN" --source-slot "$slot" --source-create-slot false \
         --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
         >"$out.log" 2>&1 &
       RELAY_PID=$!
-      until [[ "$(q "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = 'live'")" == t ]]; do
+      until [[ "$(q "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'")" == t ]]; do
         kill -0 "$RELAY_PID" 2>/dev/null || { tail -5 "$out.log" >&2; exit 1; }
         sleep 0.5
       done
+      ticks=$(cpu_of "$RELAY_PID")
+      # user and system ticks apart (fields 14 and 15 of /proc/PID/stat)
+      read -r utime stime < <(sed 's/^.*) //' "/proc/$RELAY_PID/stat" | awk '{ print $12, $13 }')
+      hwm_kb=$(awk '/^VmHWM:/ { print $2 }' "/proc/$RELAY_PID/status")
       kill -TERM "$RELAY_PID"
       wait "$RELAY_PID" || true
       RELAY_PID=""
-      report live "$(per_event "$(python3 "$ROOT/bench/callgrind_split.py" "$out".[0-9]*)" "" "$N")" ;;
-    *) echo "instructions.sh: unknown case $c (null, kafka, live)" >&2; exit 2 ;;
+      if [[ $c == cpu ]]; then
+        us() { awk -v t="$1" -v hz="$CLK_TCK" -v n="$N" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }'; }
+        printf 'CPU per event, live  %s us = user %s + system %s (%d events, whole process, %s broker), peak RSS %d MB (commit %s)\n' \
+          "$(us "$ticks")" "$(us "$utime")" "$(us "$stime")" "$N" "${BENCH_KAFKA:-dev}" \
+          $((hwm_kb / 1024)) "$COMMIT"
+      else
+        report live "$(per_event "$(python3 "$ROOT/bench/callgrind_split.py" "$out".[0-9]*)" "" "$N")"
+      fi ;;
+    *) echo "instructions.sh: unknown case $c (null, kafka, live, cpu)" >&2; exit 2 ;;
   esac
 done

@@ -10,7 +10,9 @@
 #   bench_start [name=value ...]
 #                         empties $WORK, starts a throwaway PostgreSQL 15 (scripts/pgtmp.sh;
 #                         the settings are added to its defaults) and the dev broker (3
-#                         brokers; DEVBROKER_TOPIC=name:partitions creates a topic); sets
+#                         brokers; DEVBROKER_TOPIC=name:partitions creates a topic), or with
+#                         BENCH_KAFKA=apache three Apache Kafka brokers (scripts/kafka.sh,
+#                         $WORK/kafka; the same topic, replication factor 3); sets
 #                         PGDIR, PGHOST, PGPORT, DSN (unix socket), DSN_TCP, POSTMASTER,
 #                         BOOT, BROKER_PID, and installs the EXIT trap (bench_cleanup)
 #   q SQL                 one psql query, unaligned tuples only
@@ -45,6 +47,7 @@ bench_cleanup() {
   for pid in "$SAMPLER_PID" "$RELAY_PID" "$BROKER_PID" $EXTRA_PIDS; do
     [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   done
+  [[ ${BENCH_KAFKA:-dev} == apache ]] && "$ROOT/scripts/kafka.sh" stop --dir "$WORK/kafka" >/dev/null 2>&1
   if [[ "${KEEP:-0}" != 1 ]]; then
     "$ROOT/scripts/pgtmp.sh" destroy "$PGDIR" >/dev/null 2>&1
     rm -rf "$WORK"
@@ -90,6 +93,16 @@ bench_start() {
   DSN="host=$PGHOST port=$PGPORT user=walrelay dbname=postgres"
   DSN_TCP="host=127.0.0.1 port=$PGPORT user=walrelay dbname=postgres"
   POSTMASTER=$(head -1 "$PGDIR/data/postmaster.pid")
+  if [[ ${BENCH_KAFKA:-dev} == apache ]]; then
+    log "starting three Apache Kafka brokers (scripts/kafka.sh)"
+    BOOT=$("$ROOT/scripts/kafka.sh" start --dir "$WORK/kafka" --brokers 3 --owner $$ |
+      sed -n 's/^bootstrap=//p')
+    [[ -n $BOOT ]] || { echo "bench: the Kafka cluster did not start" >&2; exit 1; }
+    if [[ -n ${DEVBROKER_TOPIC:-} ]]; then
+      "$ROOT/scripts/kafka.sh" topic --dir "$WORK/kafka" "${DEVBROKER_TOPIC%%:*}"         "${DEVBROKER_TOPIC##*:}" >/dev/null
+    fi
+    return
+  fi
   local bootfile=$WORK/bootstrap
   "$DEVBROKER" --brokers 3 ${DEVBROKER_TOPIC:+--topic "$DEVBROKER_TOPIC"} \
     --bootstrap-file "$bootfile" </dev/null >"$WORK/devbroker.log" 2>&1 &
