@@ -79,18 +79,10 @@ TEST(ContractTest, DocumentedDeadLetterHeadersAreTheHeadersInCode) {
 // The records of one scripted outbox row (ScriptedSource: commit time 2000-01-01) run
 // through the real pipeline under `config`.
 testing::HoldingSink RunOneRow(RelayConfig config, std::string_view row_headers) {
-  config.shutdown_timeout = std::chrono::milliseconds(0);
   RelayStats stats;
   testing::ScriptedSource source(0, std::string(row_headers));
   testing::HoldingSink sink;
-  LoggingDeadLetterSink dead_letters;
-  Pipeline::Options options;
-  options.end_of_stream_is_error = false;
-  {
-    Pipeline pipeline(config, stats, source, sink, dead_letters, options);
-    std::atomic<bool> stop{false};
-    EXPECT_TRUE(pipeline.Run(stop).ok());
-  }
+  EXPECT_TRUE(testing::RunUntilEndOfStream(std::move(config), stats, source, sink).ok());
   return sink;
 }
 

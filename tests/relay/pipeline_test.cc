@@ -57,15 +57,8 @@ std::vector<std::pair<uint64_t, std::string>> OneEventTransaction(uint64_t final
 }
 
 Status RunToEnd(ListSource& source, NullSink& sink) {
-  RelayConfig config;
-  config.shutdown_timeout = std::chrono::milliseconds(0);
   RelayStats stats;
-  LoggingDeadLetterSink dead_letters;
-  Pipeline::Options options;
-  options.end_of_stream_is_error = false;
-  Pipeline pipeline(config, stats, source, sink, dead_letters, options);
-  std::atomic<bool> stop{false};
-  return pipeline.Run(stop);
+  return testing::RunUntilEndOfStream(RelayConfig(), stats, source, sink);
 }
 
 // The walsender sends a Commit in a frame at the transaction's end LSN. A Commit that
@@ -134,17 +127,10 @@ class IdleSource : public slot::FrameSource {
 // connection judges its busy-stream naps separately inside and between transactions
 // (slot::NapRule). Three transactions: one with an outbox row, two empty.
 TEST(PipelineTest, TellsTheSourceWhereTransactionsBeginAndEnd) {
-  RelayConfig config;
-  config.shutdown_timeout = std::chrono::milliseconds(0);
   RelayStats stats;
   testing::ScriptedSource source(2);
   testing::HoldingSink sink;
-  LoggingDeadLetterSink dead_letters;
-  Pipeline::Options options;
-  options.end_of_stream_is_error = false;
-  Pipeline pipeline(config, stats, source, sink, dead_letters, options);
-  std::atomic<bool> stop{false};
-  const Status run = pipeline.Run(stop);
+  const Status run = testing::RunUntilEndOfStream(RelayConfig(), stats, source, sink);
   ASSERT_TRUE(run.ok()) << run.ToString();
   EXPECT_EQ(stats.transactions.load(), 3u);
   EXPECT_EQ(source.in_transaction_hints, "TETETE");

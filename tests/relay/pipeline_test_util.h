@@ -3,6 +3,7 @@
 // one (a broker that is down), keeping each record's header names and values.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <span>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "base/lsn.h"
 #include "slot/replication_connection.h"
+#include "src/relay/core/dead_letter.h"
 #include "src/relay/core/pipeline.h"
 #include "tests/decoder/wire_builder.h"
 
@@ -127,5 +129,18 @@ class HoldingSink : public RecordSink {
  private:
   DeliveryHandler handler_;
 };
+
+// Runs `source` through a real pipeline under `config` (shutdown timeout 0, dead letters
+// logged) into `sink` until the source ends, which is not an error here.
+inline Status RunUntilEndOfStream(RelayConfig config, RelayStats& stats,
+                                  slot::FrameSource& source, RecordSink& sink) {
+  config.shutdown_timeout = std::chrono::milliseconds(0);
+  LoggingDeadLetterSink dead_letters;
+  Pipeline::Options options;
+  options.end_of_stream_is_error = false;
+  Pipeline pipeline(config, stats, source, sink, dead_letters, options);
+  std::atomic<bool> stop{false};
+  return pipeline.Run(stop);
+}
 
 }  // namespace walrelay::relay::testing
