@@ -188,17 +188,16 @@ class ReplicationConnection : public FrameSource {
   // A busy stream: when the buffered messages run out right after XLogData and `timeout`
   // is not 0, Read() first takes what the socket holds without poll(), then naps
   // kBusyStreamNap (when NapRule says so) and takes it once more, and only then sleeps in
-  // poll(). A reader that
-  // sleeps on the socket whenever it catches up must be woken by the walsender's every
-  // send, and on a virtual machine that wake-up is the walsender's dearest step (14 % of
-  // its samples in a drain where the reader kept catching up, against 2 % for
-  // pg_recvlogical, which is slower per message and rarely sleeps); the nap costs the
-  // reader a timer instead and lets several messages gather per read. Measured
-  // (bench/README.md, "Reading a busy stream"): the read path's CPU per event halved in a
-  // drain. A stream of single-row transactions (5,000/s, where the nap seldom finds
-  // anything) paid ~4 us of CPU per transaction for it until NapRule made the nap back off
-  // where it misses. Adds at most one nap (plus timer slack) of latency when a stream
-  // stops; nothing once it is idle.
+  // poll(). A reader that sleeps on the socket whenever it catches up must be woken by the
+  // walsender's every send, and on a virtual machine that wake-up is the walsender's
+  // dearest step (14 % of its samples in a drain where the reader kept catching up,
+  // against 2 % for pg_recvlogical, which is slower per message and rarely sleeps); the
+  // nap costs the reader a timer instead and lets several messages gather per read.
+  // Measured (bench/README.md, "Reading a busy stream"): the read path's CPU per event
+  // halved in a drain. Between sparse transactions (5,000 single-row transactions/s) the
+  // nap seldom finds anything; NapRule makes it back off there (relay CPU per event 37.8
+  // -> 35.3 us at that rate; bench/README.md, performance round three). Adds at most one
+  // nap (plus timer slack) of latency when a stream stops; nothing once it is idle.
   // REQUIRES: streaming().
   Result<Frame> Read(std::chrono::milliseconds timeout) override;
   static constexpr std::chrono::microseconds kBusyStreamNap{50};
