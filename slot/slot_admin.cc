@@ -107,6 +107,12 @@ Result<PgResultPtr> SlotAdmin::Query(std::string_view what, const std::string& s
   return res;
 }
 
+// The server's WAL position: pg_current_wal_lsn() on a primary; on a standby, where that
+// function fails ("recovery is in progress"), the last replayed position, so that the slots
+// of a standby (a synchronized failover slot, a slot decoding on the standby) can be read.
+constexpr std::string_view kWalPositionSql =
+    "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END";
+
 Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
                                                      const std::vector<std::string>& params) {
   // `conflicting` exists since PostgreSQL 16, `invalidation_reason`, `inactive_since` and
@@ -114,7 +120,8 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
   const int version = PQserverVersion(conn_.get());
   const std::string sql =
       "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
-      "restart_lsn, confirmed_flush_lsn, wal_status, safe_wal_size, pg_current_wal_lsn(), " +
+      "restart_lsn, confirmed_flush_lsn, wal_status, safe_wal_size, " +
+      std::string(kWalPositionSql) + ", " +
       std::string(version >= kPgVersionSlotConflicting ? "conflicting, " : "NULL::boolean, ") +
       (SupportsFailoverSlots(version)
            ? "invalidation_reason, to_char(inactive_since AT TIME ZONE 'UTC', "
@@ -206,10 +213,10 @@ Result<std::optional<int>> SlotAdmin::SlotLockHolder(std::string_view slot_name)
 }
 
 Result<Lsn> SlotAdmin::CurrentWalLsn() {
-  WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r,
-                            Query("reading pg_current_wal_lsn()", "SELECT pg_current_wal_lsn()"));
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r, Query("reading the WAL position", "SELECT " + std::string(kWalPositionSql)));
   auto lsn = OptLsn(r.get(), 0, 0);
-  if (!lsn) return InternalError("pg_current_wal_lsn() returned '" + Value(r.get(), 0, 0) + "'");
+  if (!lsn) return InternalError("the WAL position was '" + Value(r.get(), 0, 0) + "'");
   return *lsn;
 }
 

@@ -38,7 +38,7 @@ struct SlotInfo {
   // Bytes that can still be written before the slot is in danger of losing WAL; nullopt
   // when max_slot_wal_keep_size = -1 (unlimited) or the slot has no restart_lsn.
   std::optional<int64_t> safe_wal_size;
-  Lsn current_wal_lsn;  // pg_current_wal_lsn()
+  Lsn current_wal_lsn;  // pg_current_wal_lsn(); on a standby pg_last_wal_replay_lsn()
   // Why the server invalidated the slot (SlotInvalidation); empty while it is valid. An
   // invalidated slot can no longer stream: it must be dropped and made anew.
   std::string invalidation_reason;
@@ -165,6 +165,7 @@ class SlotAdmin {
   Result<std::optional<int>> SlotLockHolder(std::string_view slot_name);
 
   Result<ServerSettings> GetServerSettings();
+  // pg_current_wal_lsn(); on a standby (in recovery) pg_last_wal_replay_lsn().
   Result<Lsn> CurrentWalLsn();
 
   // pg_logical_emit_message(transactional, prefix, content): a message every logical slot
