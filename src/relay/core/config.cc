@@ -5,6 +5,7 @@
 
 #include "base/sql.h"
 #include "slot/pg_error.h"
+#include "slot/server_version.h"
 #include "src/relay/core/thresholds.h"
 
 namespace walrelay::relay {
@@ -275,6 +276,10 @@ Status RelayConfig::Validate() const {
     return InvalidArgumentError("--ops-log-level must be trace, debug, info, warn or error");
   }
   return Status::Ok();
+}
+
+bool RelayConfig::WantsFailoverSlot(int server_version) const {
+  return slot_failover && slot::SupportsFailoverSlots(server_version);
 }
 
 }  // namespace walrelay::relay

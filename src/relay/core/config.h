@@ -13,7 +13,6 @@
 #include "base/headers.h"
 #include "base/status.h"
 #include "slot/conninfo.h"
-#include "slot/server_version.h"
 
 namespace walrelay::relay {
 
@@ -244,9 +243,7 @@ struct RelayConfig {
 
   // Whether a slot walrelay creates on a server of this version is a failover slot: the one
   // rule for `run`, lost-slot recovery, republish --create-slot and the start checks.
-  bool WantsFailoverSlot(int server_version) const {
-    return slot_failover && slot::SupportsFailoverSlots(server_version);
-  }
+  bool WantsFailoverSlot(int server_version) const;
 };
 
 }  // namespace walrelay::relay
