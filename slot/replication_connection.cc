@@ -219,15 +219,11 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
   // deadline from then, and the time the last buffered bytes were taken as "received".
   std::optional<Clock::time_point> deadline;
   int tries = 0;  // reads of a moving stream's socket before poll() (see moving_)
-  NapRule* napped = nullptr;  // the rule of a nap whose finding is not judged yet
   for (;;) {
     char* buf = nullptr;
     const int n = PQgetCopyData(conn_.get(), &buf, /*async=*/1);
-    if (napped != nullptr && n != 0) {
-      napped->Found();
-      napped = nullptr;
-    }
     if (n > 0) {
+      ++gathered_;
       received_unstamped_ = true;
       copy_buf_ = buf;
       auto msg = ParseServerMessage(std::string_view(buf, static_cast<size_t>(n)));
@@ -261,6 +257,10 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       return f;
     }
     if (n == -2) return broken();
+    if (napped_ != nullptr) {  // caught up again: what did the last nap gather?
+      napped_->Judge(gathered_);
+      napped_ = nullptr;
+    }
     // n == 0: nothing complete buffered. Flush pending output, then wait on the socket.
     const int flush = PQflush(conn_.get());
     if (flush < 0) {
@@ -274,17 +274,16 @@ Result<Frame> ReplicationConnection::Read(std::chrono::milliseconds timeout) {
       if (!nap || rule.Take()) {
         if (nap) {
           std::this_thread::sleep_for(kBusyStreamNap);
-          napped = &rule;
+          napped_ = &rule;
+          gathered_ = 0;
         }
         if (PQconsumeInput(conn_.get()) == 0) return broken();
         continue;
       }
     }
-    if (napped != nullptr) {
-      napped->Missed();
-      napped = nullptr;
-    }
-    moving_ = false;
+    // Only a reader about to sleep on the socket has stopped the stream; Read(0) returns
+    // without sleeping and leaves it moving (the header's "busy stream").
+    if (timeout.count() > 0) moving_ = false;
     const auto now = Clock::now();
     if (!deadline) deadline = now + timeout;
     if (received_unstamped_) {  // messages were handed out since bytes were last stamped

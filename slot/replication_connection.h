@@ -107,32 +107,40 @@ class FrameSource {
 };
 
 // When a catching-up reader of a moving stream takes the busy-stream nap (Read() below).
-// A nap that finds a message keeps naps on; one that finds nothing makes the next `skip`
+// A nap pays only when it gathers what several wake-ups on the socket would have brought:
+// one that gathered kEnough messages before the reader caught up again keeps naps on; one
+// that gathered fewer (the next sparse transaction, or nothing) makes the next `skip`
 // catch-ups go straight to poll(), `skip` doubling (1, 2, 4, ...) up to kMaxSkips while
-// naps keep missing. A dense drain, where a nap nearly always finds the walsender's next
-// send, naps every time; between sparse transactions (5,000 single-row transactions/s:
-// 200 us apart, longer than a nap) it naps once per kMaxSkips + 1 catch-ups instead of
-// each. ReplicationConnection keeps one rule inside transactions and one between them
-// (FrameSource::SetInTransaction), so that the misses between sparse transactions do not
-// turn off the naps inside a transaction, or those of a dense drain.
+// naps keep falling short. A dense drain, where a nap gathers dozens of the walsender's
+// sends, naps every time; between sparse transactions (5,000 single-row transactions/s:
+// 200 us apart on average) a nap found the next transaction or two about half the time, and
+// the timer it cost was then no cheaper than the one wake-up it saved, so it naps once per
+// kMaxSkips + 1 catch-ups instead. ReplicationConnection keeps one rule inside
+// transactions and one between them (FrameSource::SetInTransaction), so that a sparse
+// stream's gaps between transactions do not turn off the naps inside a large transaction.
 class NapRule {
  public:
   static constexpr uint32_t kMaxSkips = 64;
+  static constexpr uint32_t kEnough = 16;  // messages a nap must gather to count as found
   // Whether to nap at this catch-up (false: go to poll()).
   bool Take() {
     if (skip_ == 0) return true;
     --skip_;
     return false;
   }
-  void Found() { backoff_ = 0; }
-  void Missed() {
-    backoff_ = backoff_ == 0 ? 1 : std::min(backoff_ * 2, kMaxSkips);
-    skip_ = backoff_;
+  // The nap taken gathered `messages` before the reader caught up again.
+  void Judge(uint32_t messages) {
+    if (messages >= kEnough) {
+      backoff_ = 0;
+    } else {
+      backoff_ = backoff_ == 0 ? 1 : std::min(backoff_ * 2, kMaxSkips);
+      skip_ = backoff_;
+    }
   }
 
  private:
   uint32_t skip_ = 0;     // catch-ups left that skip the nap
-  uint32_t backoff_ = 0;  // the skip after the last miss (0: the last nap found data)
+  uint32_t backoff_ = 0;  // the skip after the last short nap (0: the last nap gathered enough)
 };
 
 class ReplicationConnection : public FrameSource {
@@ -193,14 +201,21 @@ class ReplicationConnection : public FrameSource {
   // dearest step (14 % of its samples in a drain where the reader kept catching up,
   // against 2 % for pg_recvlogical, which is slower per message and rarely sleeps); the
   // nap costs the reader a timer instead and lets several messages gather per read.
-  // Measured (bench/README.md, "Reading a busy stream"): the read path's CPU per event
-  // halved in a drain. Between sparse transactions (5,000 single-row transactions/s) the
-  // nap seldom finds anything; NapRule makes it back off there (relay CPU per event 37.8
-  // -> 35.3 us at that rate; bench/README.md, performance round three). Adds at most one
-  // nap (plus timer slack) of latency when a stream stops; nothing once it is idle.
+  // Read(0), which returns at once when nothing is buffered, leaves the stream moving: the
+  // next waiting Read() still tries and naps (a caller that reads bursts with Read(0), as
+  // the relay's pipeline does, would otherwise sleep on the socket at every catch-up).
+  // Measured (bench/README.md, "Reading a busy stream" and performance round three): the
+  // read path's CPU per event halved in a drain; `walrelay run`'s fell ~10 % once Read(0)
+  // kept the stream moving; at 5,000 single-row transactions/s, where naps seldom gather
+  // enough, NapRule keeps the relay's CPU per event within noise of a reader that never
+  // naps. Adds at most one nap (plus timer slack) of latency when a stream stops; nothing
+  // once it is idle.
   // REQUIRES: streaming().
   Result<Frame> Read(std::chrono::milliseconds timeout) override;
   static constexpr std::chrono::microseconds kBusyStreamNap{50};
+  // Whether the stream is moving: the next Read() with a timeout takes what the socket
+  // holds, and naps when NapRule says so, before it sleeps in poll().
+  bool moving() const { return moving_; }
 
   // Queues a standby status update ('r') with client time = now and flushes what the
   // socket takes without blocking. kUnavailable if the connection is broken.
@@ -238,8 +253,10 @@ class ReplicationConnection : public FrameSource {
   StandbyStatusUpdate last_status_{};  // repeated by the reply request
   char* copy_buf_ = nullptr;           // libpq-allocated; backs the last Frame's xlog.data
   bool streaming_ = false;
-  bool moving_ = false;  // the last frame was XLogData: the next read tries before poll()
+  bool moving_ = false;  // XLogData was the last frame and no Read() slept since: try before poll()
   NapRule naps_[2];  // [in_transaction_]: each state learns whether its naps find data
+  NapRule* napped_ = nullptr;  // the rule of the last nap, until the reader catches up again
+  uint32_t gathered_ = 0;      // messages handed out since that nap
   bool in_transaction_ = false;
   int wake_fd_ = -1;     // SetWakeFd
   std::string slot_;  // slot being streamed, for messages

@@ -167,6 +167,38 @@ TEST_F(ReplicationConnectionTest, StreamsATransactionAndConfirmsItsEnd) {
   EXPECT_TRUE(MustConnect()->DropSlot("stream_slot").ok());
 }
 
+// A caller that reads a burst with Read(0) until nothing is buffered (the relay's pipeline
+// does) has not seen the stream stop: its next waiting Read() still takes what the socket
+// holds and may nap before sleeping on the socket. Read(0) used to mark the stream
+// stopped, so `walrelay run` slept on the socket at every catch-up of a drain.
+TEST_F(ReplicationConnectionTest, ABurstReadWithoutWaitingLeavesTheStreamMoving) {
+  auto conn = MustConnect();
+  ASSERT_NE(conn, nullptr);
+  ASSERT_TRUE(conn->CreateLogicalSlot("moving_slot", "pgoutput", /*temporary=*/true).ok());
+  ASSERT_TRUE(cluster_->Exec("INSERT INTO t VALUES (40, 'a'), (41, 'b'), (42, 'c')").ok());
+  ASSERT_TRUE(conn->StartLogical("moving_slot", Lsn(), kPgoutputOptions).ok());
+  EXPECT_FALSE(conn->moving());
+  auto txn = ReadTransaction(*conn);
+  ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+  EXPECT_EQ(txn->types, "BRIIIC");
+  EXPECT_TRUE(conn->moving());
+  // Everything the server sent is in (its keepalive after catching up too); read without
+  // waiting until nothing is buffered.
+  std::this_thread::sleep_for(milliseconds(100));
+  for (;;) {
+    auto f = conn->Read(milliseconds(0));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_NE(f->kind, Frame::Kind::kXLogData) << "nothing was written after the transaction";
+    if (f->kind == Frame::Kind::kTimeout) break;
+  }
+  EXPECT_TRUE(conn->moving()) << "Read(0) returned at once; nothing slept on the socket";
+  // A waiting read finds nothing, sleeps on the socket: now the stream has stopped.
+  auto f = conn->Read(milliseconds(20));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_FALSE(conn->moving());
+  EXPECT_TRUE(conn->Close().ok());
+}
+
 TEST_F(ReplicationConnectionTest, LogicalMessagesArrive) {
   auto conn = MustConnect();
   ASSERT_NE(conn, nullptr);
