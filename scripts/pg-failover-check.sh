@@ -175,6 +175,16 @@ run_mode() {
     [[ $ready == t ]] ||
       { log "walrelay's slot is not a persistent synchronized slot on the standby after 90 s (failover slot on the primary: $(q "$pp" "SELECT failover FROM pg_replication_slots WHERE slot_name = 'walrelay'"); the standby's log: $WORK/s/server.log)"; return 1; }
     log "$mode: the standby holds walrelay's slot as a persistent synchronized slot after $i s"
+    # What an operator checks before relying on it: walrelay lag against the standby.
+    local seen
+    seen=$("$WALRELAY" lag --dsn "host=127.0.0.1 port=$sp user=walrelay dbname=postgres" \
+      --slot walrelay --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["slots"][0]
+print(s["failover"], s["synced"], s["temporary"])')
+    [[ $seen == "True True False" ]] ||
+      { log "walrelay lag on the standby shows failover, synced, temporary = $seen for walrelay's slot (expected True True False)"; return 1; }
+    log "$mode: walrelay lag on the standby: failover, synced, not temporary"
   fi
   log "$mode: primary :$pp, standby :$sp, walrelay streams its slot (PostgreSQL $MAJOR)"
 

@@ -115,8 +115,8 @@ constexpr std::string_view kWalPositionSql =
 
 Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
                                                      const std::vector<std::string>& params) {
-  // `conflicting` exists since PostgreSQL 16, `invalidation_reason`, `inactive_since` and
-  // `failover` since 17.
+  // `conflicting` exists since PostgreSQL 16, `invalidation_reason`, `inactive_since`,
+  // `failover` and `synced` since 17.
   const int version = PQserverVersion(conn_.get());
   const std::string sql =
       "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
@@ -125,8 +125,8 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
       std::string(version >= kPgVersionSlotConflicting ? "conflicting, " : "NULL::boolean, ") +
       (SupportsFailoverSlots(version)
            ? "invalidation_reason, to_char(inactive_since AT TIME ZONE 'UTC', "
-             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), failover "
-           : "NULL::text, NULL::text, false ") +
+             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), failover, synced "
+           : "NULL::text, NULL::text, false, false ") +
       "FROM pg_replication_slots " +
       where + " ORDER BY slot_name";
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("reading pg_replication_slots", sql, params));
@@ -155,6 +155,7 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
     s.invalidation_reason = SlotInvalidation(s.wal_status, conflicting, Value(r.get(), i, 13));
     s.inactive_since = Value(r.get(), i, 14);
     s.failover = Value(r.get(), i, 15) == "t";
+    s.synced = Value(r.get(), i, 16) == "t";
     slots.push_back(std::move(s));
   }
   return slots;

@@ -49,6 +49,10 @@ struct SlotInfo {
   // pg_replication_slots.failover (PostgreSQL 17+): synchronized to standbys with
   // sync_replication_slots on; false before 17.
   bool failover = false;
+  // pg_replication_slots.synced (PostgreSQL 17+): this is a standby's copy of a primary's
+  // failover slot, kept by slot synchronization (it survives a promotion only once it is
+  // not `temporary`); false on a primary and before 17.
+  bool synced = false;
 
   bool invalidated() const { return !invalidation_reason.empty(); }
 

@@ -151,6 +151,14 @@ std::string Columns(const std::vector<std::vector<std::string>>& cells) {
   return out;
 }
 
+// The FAILOVER cell (PostgreSQL 17+): no, yes (a failover slot), synced (a standby's copy
+// of one, which a promotion keeps) or synced-temporary (a copy not yet safe: a promotion
+// drops it).
+std::string FailoverCell(const slot::SlotInfo& i) {
+  if (i.synced) return i.temporary ? "synced-temporary" : "synced";
+  return i.failover ? "yes" : "no";
+}
+
 std::string RenderTable(const Snapshot& s) {
   std::ostringstream out;
   out << "server WAL " << s.current.ToString() << ", max_slot_wal_keep_size "
@@ -161,7 +169,9 @@ std::string RenderTable(const Snapshot& s) {
   }
   std::vector<std::vector<std::string>> cells = {{"SLOT", "PLUGIN", "TYPE", "DATABASE", "ACTIVE",
                                                   "PID", "RETAINED", "CONFIRMED_LAG", "WAL_STATUS",
-                                                  "SAFE_WAL_SIZE", "INACTIVE_SINCE", "STATE"}};
+                                                  "SAFE_WAL_SIZE", "INACTIVE_SINCE", "FAILOVER",
+                                                  "STATE"}};
+  const bool since_17 = slot::SupportsFailoverSlots(s.settings.server_version_num);
   for (const auto& r : s.rows) {
     const auto* i = r.info ? &*r.info : nullptr;
     auto dash = [](const std::string& v) { return v.empty() ? std::string("-") : v; };
@@ -172,9 +182,11 @@ std::string RenderTable(const Snapshot& s) {
                      OptBytes(i ? i->confirmed_lag_bytes() : std::nullopt),
                      i ? dash(i->wal_status) : "-",
                      SafeWalSize(r, s.settings.max_slot_wal_keep_size_bytes),
-                     !i ? "-" : !i->inactive_since.empty() ? i->inactive_since
-                               : slot::SupportsFailoverSlots(s.settings.server_version_num) ? "-"
-                                                                            : "n/a",
+                     !i                          ? "-"
+                     : !i->inactive_since.empty() ? i->inactive_since
+                     : since_17                   ? "-"
+                                                  : "n/a",
+                     !i ? "-" : since_17 ? FailoverCell(*i) : "n/a",
                      std::string(relay::SlotStateName(r.eval.state))});
   }
   out << Columns(cells);
@@ -248,6 +260,10 @@ std::string RenderJson(const Snapshot& s) {
       o += ",\"safe_wal_size_bytes\":" + JsonOpt(i->safe_wal_size);
       o += ",\"inactive_since\":" +
            (i->inactive_since.empty() ? "null" : JsonString(i->inactive_since));
+      const bool since_17 = slot::SupportsFailoverSlots(s.settings.server_version_num);
+      auto flag = [since_17](bool v) { return !since_17 ? "null" : v ? "true" : "false"; };
+      o += ",\"failover\":" + std::string(flag(i->failover));
+      o += ",\"synced\":" + std::string(flag(i->synced));
     }
     o += ",\"state\":" + JsonString(relay::SlotStateName(r.eval.state));
     o += ",\"reason\":" + JsonString(r.eval.reason);
@@ -376,10 +392,13 @@ LagCommand::LagCommand(CLI::App* parent) {
                      "Prometheus text exposition (for node_exporter's textfile collector)");
   json->excludes(prom);
   app_->footer(
-      "Retained = pg_current_wal_lsn() - restart_lsn (WAL kept on disk; what thresholds "
-      "compare). Confirmed lag = pg_current_wal_lsn() - confirmed_flush_lsn. INACTIVE_SINCE: "
-      "when the slot's reader last let it go (UTC; '-' while active), from PostgreSQL 17's "
-      "inactive_since; n/a on older servers, which do not record it.\n"
+      "Retained = server WAL - restart_lsn (WAL kept on disk; what thresholds compare); the "
+      "server WAL is pg_current_wal_lsn(), on a standby the last replayed position. Confirmed "
+      "lag = server WAL - confirmed_flush_lsn. INACTIVE_SINCE: when the slot's reader last let "
+      "it go (UTC; '-' while active), from PostgreSQL 17's inactive_since. FAILOVER "
+      "(PostgreSQL 17+): yes for a failover slot; on a standby, synced for the synchronized "
+      "copy of one (a promotion keeps it) or synced-temporary (not yet safe: a promotion "
+      "drops it). Both n/a on older servers, which do not record them.\n"
       "Example check: walrelay lag --dsn 'host=db user=monitor' --warn 0.5 --critical 0.8\n"
       "Textfile collector: walrelay lag --prometheus > f.tmp && mv f.tmp "
       "/var/lib/node_exporter/walrelay.prom");

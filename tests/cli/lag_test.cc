@@ -9,9 +9,10 @@
 
 #include <array>
 #include <chrono>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -208,6 +209,14 @@ TEST_F(LagTest, JsonParsesAndCarriesEveryField) {
       } else {
         EXPECT_TRUE(slot["inactive_since"].is_null());
       }
+      // So do a slot's failover and synced flags (a primary's ordinary slot: both false).
+      if (version >= 170000) {
+        EXPECT_FALSE(bool(slot["failover"]));
+        EXPECT_FALSE(bool(slot["synced"]));
+      } else {
+        EXPECT_TRUE(slot["failover"].is_null());
+        EXPECT_TRUE(slot["synced"].is_null());
+      }
       EXPECT_EQ(std::string_view(slot["state"]), "warn");
       EXPECT_NE(std::string_view(slot["retained"]).find("MB"), std::string_view::npos);
     } else if (name == "phys_slot") {
@@ -236,6 +245,46 @@ TEST_F(LagTest, JsonParsesAndCarriesEveryField) {
   EXPECT_GE(lines, 3) << out;
   ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('json_slot')").ok());
   ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('phys_slot')").ok());
+}
+
+// PostgreSQL 17+: a failover slot says so in the table and in JSON (a standby's
+// synchronized copy, "synced", is checked on a real standby by scripts/pg-failover-check.sh).
+TEST_F(LagTest, AFailoverSlotIsShownAsOne) {
+  const int version = std::stoi(*cluster_->QueryScalar("SHOW server_version_num"));
+  if (version < 170000) {
+    LagRun r = Lag(Dsn());
+    EXPECT_NE(r.out.find("FAILOVER"), std::string::npos) << r.out;
+    GTEST_SKIP() << "failover slots exist from PostgreSQL 17 (this server: " << version << ")";
+  }
+  ASSERT_TRUE(cluster_
+                  ->Exec("SELECT pg_create_logical_replication_slot('fo_slot', 'pgoutput', "
+                         "false, false, true)")
+                  .ok());
+  ASSERT_TRUE(
+      cluster_->Exec("SELECT pg_create_logical_replication_slot('plain_slot', 'pgoutput')").ok());
+  LagRun r = Lag(Dsn() + " --slot fo_slot --slot plain_slot");
+  EXPECT_EQ(r.code, 0) << r.out;
+  // The FAILOVER column of each row: the cell under the header's FAILOVER.
+  std::istringstream lines(r.out);
+  std::string line;
+  size_t column = std::string::npos;
+  std::map<std::string, std::string> cell;
+  while (std::getline(lines, line)) {
+    if (line.rfind("SLOT ", 0) == 0) column = line.find("FAILOVER");
+    if (column == std::string::npos || line.size() <= column) continue;
+    cell[line.substr(0, line.find(' '))] = line.substr(column, line.find(' ', column) - column);
+  }
+  EXPECT_EQ(cell["fo_slot"], "yes") << r.out;
+  EXPECT_EQ(cell["plain_slot"], "no") << r.out;
+  r = Lag(Dsn() + " --slot fo_slot --json");
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << r.out;
+  simdjson::dom::element slot = doc["slots"].at(0);
+  EXPECT_TRUE(bool(slot["failover"])) << r.out;
+  EXPECT_FALSE(bool(slot["synced"])) << r.out;
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('fo_slot')").ok());
+  ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('plain_slot')").ok());
 }
 
 TEST_F(LagTest, PrometheusParses) {
