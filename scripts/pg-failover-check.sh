@@ -27,11 +27,13 @@
 # primary S holds: every one published (missing must be 0), each aggregate in order, the
 # duplicates counted, and the phantoms: events published that S never had (rows P
 # committed that never reached S). synced must have 0 phantoms; unsynced reports its count.
+# Every mode must also stream from S again (its slot there active) within RESUME_LIMIT
+# seconds of the promotion: walrelay notices the switch in bounded time.
 # Exit 1 when a verdict fails.
 #   scripts/pg-failover-check.sh 18               both failover modes on PostgreSQL 18
 #   scripts/pg-failover-check.sh 17 conflict      the standby slot conflict on 17
 # Needs the main build (BUILD_ROOT, default build: walrelay, walrelay-devbroker, e2e_probe).
-# Env: PHASE_SECONDS (5), FREEZE (3), WORK (/tmp/walrelay-failover).
+# Env: PHASE_SECONDS (5), FREEZE (3), RESUME_LIMIT (30), WORK (/tmp/walrelay-failover).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -41,6 +43,7 @@ DEVBROKER=$ROOT/$BUILD_ROOT/main/src/kafka/walrelay-devbroker
 PROBE=$ROOT/$BUILD_ROOT/main/bench/e2e/e2e_probe
 PHASE_SECONDS=${PHASE_SECONDS:-5}
 FREEZE=${FREEZE:-3}
+RESUME_LIMIT=${RESUME_LIMIT:-30}
 WORK_BASE=${WORK:-/tmp/walrelay-failover}
 [[ $# -ge 1 ]] || { sed -n '2,/^# Env:/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 MAJOR=$1
@@ -227,6 +230,18 @@ print(s["failover"], s["synced"], s["temporary"])')
   kill -9 "${primary_pids[@]}" 2>/dev/null || true
   kill -CONT "${standby_pids[@]}"
   as_pg "$BINDIR/pg_ctl" -D "$WORK/s/data" -w -t 60 promote >/dev/null
+  # How long until walrelay streams from the new primary (its slot there active): it must
+  # notice the switch in bounded time, not hang on the dead server.
+  local promoted_ns resumed_ms=-1
+  promoted_ns=$(date +%s%N)
+  for _ in $(seq 1 600); do
+    if [[ "$(q "$sp" "SELECT active FROM pg_replication_slots WHERE slot_name = 'walrelay'" 2>/dev/null || true)" == t ]]; then
+      resumed_ms=$((($(date +%s%N) - promoted_ns) / 1000000))
+      break
+    fi
+    sleep 0.1
+  done
+  log "$mode: walrelay streams from the new primary $resumed_ms ms after the promotion (-1: not within 60 s; limit ${RESUME_LIMIT}s)"
   sleep "$PHASE_SECONDS"
   # The DO block runs in the server: it stops when it reads writer_ctl.stop (killing psql
   # would not stop it).
@@ -248,9 +263,10 @@ print(s["failover"], s["synced"], s["temporary"])')
   "$PROBE" read --bootstrap "$boot" --topic outbox.payment --count 1000000000 --timeout 5 \
     --id-header event_id --records "$WORK/records" >"$WORK/read" 2>&1 || true
   log "$mode: the new primary holds $committed events; walrelay: $(grep -c "connect\|reconnect\|retry" "$WORK/walrelay.log") lines about (re)connecting"
-  python3 - "$mode" "$WORK/committed" "$WORK/records" <<'PY'
+  python3 - "$mode" "$WORK/committed" "$WORK/records" "$resumed_ms" "$RESUME_LIMIT" <<'PY'
 import collections, sys
 mode, committed_path, records_path = sys.argv[1:4]
+resumed_ms, limit_s = int(sys.argv[4]), float(sys.argv[5])
 agg_of = {}
 order = []
 for line in open(committed_path):
@@ -268,10 +284,13 @@ for p in sorted({p for p, _, _ in records}):
             seen.add(s)
             applied[agg_of[s]].append(s)
 reordered = [a for a, seqs in applied.items() if any(x >= y for x, y in zip(seqs, seqs[1:]))]
-ok = not missing and not reordered and (mode != "synced" or not phantoms)
+resumed = 0 <= resumed_ms <= limit_s * 1000
+ok = not missing and not reordered and (mode != "synced" or not phantoms) and resumed
 print(f"failover {mode}: {len(agg_of)} events on the new primary, {len(records)} records; "
       f"missing {len(missing)}, phantoms (published, never on the new primary) {len(phantoms)}, "
-      f"duplicates {dups}, aggregates out of order {len(reordered)} -> {'PASS' if ok else 'FAIL'}")
+      f"duplicates {dups}, aggregates out of order {len(reordered)}, streaming from the new "
+      f"primary {resumed_ms} ms after the promotion (limit {limit_s:g} s) -> "
+      f"{'PASS' if ok else 'FAIL'}")
 for s in missing[:5]:
     print(f"  missing: seq {s}")
 for s in phantoms[:5]:
