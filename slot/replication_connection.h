@@ -147,9 +147,9 @@ class ReplicationConnection : public FrameSource {
  public:
   // Opens a walsender connection. `conninfo`: a libpq keyword/value string or URI, unix
   // socket or TCP, and a password apart (ConnInfo); replication=database is forced,
-  // application_name defaults to "walrelay". Errors: kUnavailable (server unreachable: retry), kPermissionDenied (the
-  // role lacks REPLICATION; the message names the ALTER ROLE fix), kFailedPrecondition
-  // (pg_hba.conf), kNotFound (role or database missing).
+  // application_name defaults to "walrelay". Errors: kUnavailable (server unreachable:
+  // retry), kPermissionDenied (the role lacks REPLICATION; the message names the ALTER ROLE
+  // fix), kFailedPrecondition (pg_hba.conf), kNotFound (role or database missing).
   static Result<std::unique_ptr<ReplicationConnection>> Connect(const ConnInfo& conninfo);
 
   ~ReplicationConnection() override;
