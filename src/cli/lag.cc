@@ -334,6 +334,15 @@ std::string RenderPrometheus(const Snapshot* s, int exit_code) {
           reg.AddGauge(mn::kSlotWalStatus.name, mn::kSlotWalStatus.help, sl)
               .Set(i->wal_status == st ? 1 : 0);
         }
+        if (slot::SupportsFailoverSlots(s->settings.server_version_num)) {
+          const std::string current = FailoverCell(*i);
+          for (const char* f : {"no", "yes", "synced", "synced-temporary"}) {
+            metrics::Labels fl = l;
+            fl.emplace_back("failover", f);
+            reg.AddGauge(mn::kSlotFailover.name, mn::kSlotFailover.help, fl)
+                .Set(current == f ? 1 : 0);
+          }
+        }
       }
       for (SlotState st : {SlotState::kOk, SlotState::kWarn, SlotState::kCritical, SlotState::kLost,
                            SlotState::kMissing}) {

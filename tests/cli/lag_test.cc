@@ -283,6 +283,19 @@ TEST_F(LagTest, AFailoverSlotIsShownAsOne) {
   simdjson::dom::element slot = doc["slots"].at(0);
   EXPECT_TRUE(bool(slot["failover"])) << r.out;
   EXPECT_FALSE(bool(slot["synced"])) << r.out;
+  r = Lag(Dsn() + " --slot fo_slot --slot plain_slot --prometheus");
+  auto parsed = metrics::ParseExposition(r.out);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << r.out;
+  for (const char* role : {"no", "yes", "synced", "synced-temporary"}) {
+    const auto* fo =
+        parsed->Find("walrelay_slot_failover", {{"slot", "fo_slot"}, {"failover", role}});
+    const auto* plain =
+        parsed->Find("walrelay_slot_failover", {{"slot", "plain_slot"}, {"failover", role}});
+    ASSERT_NE(fo, nullptr) << role << "\n" << r.out;
+    ASSERT_NE(plain, nullptr) << role << "\n" << r.out;
+    EXPECT_EQ(fo->value, std::string_view(role) == "yes" ? 1 : 0) << role;
+    EXPECT_EQ(plain->value, std::string_view(role) == "no" ? 1 : 0) << role;
+  }
   ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('fo_slot')").ok());
   ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('plain_slot')").ok());
 }
@@ -303,6 +316,16 @@ TEST_F(LagTest, PrometheusParses) {
       parsed->Find("walrelay_slot_state", {{"slot", "prom_slot"}, {"state", "critical"}})->value,
       1);
   EXPECT_EQ(parsed->Find("walrelay_slot_active", slot)->value, 0);
+  // The failover role exists from PostgreSQL 17; before, no such series.
+  const int version = std::stoi(*cluster_->QueryScalar("SHOW server_version_num"));
+  const auto* no_failover =
+      parsed->Find("walrelay_slot_failover", {{"slot", "prom_slot"}, {"failover", "no"}});
+  if (version >= 170000) {
+    ASSERT_NE(no_failover, nullptr) << r.out;
+    EXPECT_EQ(no_failover->value, 1);
+  } else {
+    EXPECT_EQ(no_failover, nullptr) << r.out;
+  }
   EXPECT_EQ(parsed->Find("walrelay_lag_check_status")->value, 2);
   EXPECT_EQ(parsed->Find("walrelay_slot_critical_threshold_bytes")->value, 512 * 1024);
   EXPECT_EQ(parsed->Find("walrelay_server_max_slot_wal_keep_size_bytes")->value, -1);

@@ -182,6 +182,12 @@ inline constexpr MetricName kSlotState{
     "walrelay_slot_state", "Slot guard state against the thresholds: 1 for the current state."};
 inline constexpr MetricName kSlotActive{"walrelay_slot_active",
                                         "1 if a connection is reading the slot, else 0."};
+// `walrelay lag --prometheus`, PostgreSQL 17+: label failover = no | yes | synced |
+// synced-temporary (as lag's FAILOVER column); 1 for the current one.
+inline constexpr MetricName kSlotFailover{
+    "walrelay_slot_failover",
+    "The slot's failover role (PostgreSQL 17+): no, yes (a failover slot), synced (a "
+    "standby's copy that a promotion keeps) or synced-temporary; 1 for the current one."};
 inline constexpr MetricName kSlotWarnThreshold{
     "walrelay_slot_warn_threshold_bytes",
     "Warn threshold on retained bytes (resolved); -1 when none applies."};
