@@ -7,16 +7,21 @@ namespace walrelay::relay {
 bool TopicErrors::Fail(std::string_view topic, std::string_view reason, Clock::time_point now) {
   std::lock_guard lock(mu_);
   auto it = topics_.find(topic);
+  const bool new_failure = it == topics_.end() || now - it->second.last > forget_after_;
   if (it == topics_.end()) {
-    it = topics_.emplace(std::string(topic), Entry{now, std::string(reason)}).first;
+    it = topics_.emplace(std::string(topic), Entry{now, now, std::string(reason)}).first;
     count_.store(topics_.size(), std::memory_order_relaxed);
+  } else if (new_failure) {
+    it->second.since = now;  // nothing failed for a whole bound: not the same failure
+  }
+  it->second.last = now;
+  it->second.reason = reason;
+  if (new_failure) {
     spdlog::error(
         "kafka topic {} fails: {}; retrying (session restarts) for up to {} ms "
         "(--kafka-topic-error-timeout-ms), then its events are dead-lettered: create the "
         "topic or grant the relay's principal Write on it",
         topic, reason, timeout_.count());
-  } else {
-    it->second.reason = reason;
   }
   return now - it->second.since >= timeout_;
 }

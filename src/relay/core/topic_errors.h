@@ -4,7 +4,13 @@
 //
 // A topic's first failure starts its clock. Until `timeout` has passed the relay retries
 // (the session restarts; /readyz names the topic and the reason); afterwards its events are
-// dead-lettered with the reason until a record of the topic is acknowledged (Clear). Only
+// dead-lettered with the reason until a record of the topic is acknowledged (Clear). The
+// clock measures one continuous failure (invariant 13): a failure that comes more than
+// max(timeout, retry_gap) after the topic's previous one (the relay stood by, or the topic
+// had no events meanwhile) starts a new clock; a topic that fails at every attempt reaches
+// the bound. `retry_gap` is the longest time between two attempts of a failing topic (the
+// session's reconnect backoff and a topic check), so that a bound shorter than that still
+// ends in dead letters instead of a new clock at every attempt. Only
 // an acknowledgement clears a failure: metadata shows that a topic exists and may be
 // described, not that the relay may write to it (a Write ACL), so a check that finds the
 // topic would restart the clock of a topic that refuses every record, for ever.
@@ -13,6 +19,7 @@
 // and /metrics read).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -28,7 +35,9 @@ namespace walrelay::relay {
 class TopicErrors {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit TopicErrors(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  explicit TopicErrors(std::chrono::milliseconds timeout,
+                       std::chrono::milliseconds retry_gap = std::chrono::milliseconds(0))
+      : timeout_(timeout), forget_after_(std::max(timeout, retry_gap)) {}
 
   // Records that `topic` failed with `reason`. True when it has been failing for at least
   // the timeout: dead-letter its events.
@@ -46,10 +55,12 @@ class TopicErrors {
 
  private:
   struct Entry {
-    Clock::time_point since;
+    Clock::time_point since;  // when this continuous failure began
+    Clock::time_point last;   // the latest failure seen
     std::string reason;
   };
   const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds forget_after_;  // a quiet gap this long ends a failure
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> topics_;
   std::atomic<size_t> count_{0};  // topics_.size()

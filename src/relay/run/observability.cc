@@ -25,7 +25,10 @@ double KafkaWaitedSeconds(const RelayStats& stats) {
 Status Relay::StartObservability() {
   namespace mn = metric_names;
   obs_ = std::make_unique<Observability>();
-  topic_errors_ = std::make_unique<TopicErrors>(config_.kafka_topic_error_timeout);
+  // Between two attempts of a failing topic: the session's reconnect backoff, twice, and
+  // a topic check or metadata wait (~31 s for a missing topic).
+  topic_errors_ = std::make_unique<TopicErrors>(
+      config_.kafka_topic_error_timeout, 2 * config_.reconnect_max + std::chrono::seconds(60));
   metrics::Registry& r = obs_->registry;
   auto counter = [&r](const mn::MetricName& m, const std::atomic<uint64_t>& a,
                       metrics::Labels labels = {}) {
