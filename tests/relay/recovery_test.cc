@@ -456,6 +456,54 @@ TEST_F(RecoveryTest, SlotOfAFailedRepublishIsRecoveredNotTrusted) {
             "1");
 }
 
+// Issue 41 item 13: a republish --create-slot that follows an unfinished recovery must not
+// leave that recovery's resume position behind. The recovery had acknowledged its rows up
+// to some id against a slot that is gone; the republish makes a new slot and fails before
+// it has delivered the rows up to that id; the relay that then recovers the republish's
+// slot resumed after the old id and skipped rows nobody had delivered: loss. All 300
+// events must arrive.
+TEST_F(RecoveryTest, FailedRepublishAfterAnUnfinishedRecoveryLosesNothing) {
+  config_.allowed_topics = {"outbox.payment"};
+  StartRelay();
+  WriteEvents(0, 1, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  // The poison row first, so the republish fails before any of the rows after it.
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'p', 'forbidden', 'Poison', '{}')")
+                  .ok());
+  WriteEvents(100, 2, 100);
+  ASSERT_TRUE(DropSlotOnceReleased());
+  // What an earlier recovery left when its slot was lost part-way: unfinished, and every
+  // row up to the 250th acknowledged against that slot.
+  const std::string old_after =
+      *pg_->QueryScalar("SELECT id FROM outbox ORDER BY id OFFSET 250 LIMIT 1");
+  ASSERT_TRUE(pg_->Exec("UPDATE walrelay_progress SET recovering = true, slot_origin = "
+                        "'recovery', backfill_after_id = '" +
+                        old_after + "' WHERE slot = 'walrelay'")
+                  .ok());
+  ASSERT_TRUE(pg_->Exec("CREATE FUNCTION dl_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                        "RAISE EXCEPTION 'could not extend file (test)'; END $$;"
+                        "CREATE TRIGGER dl_fail BEFORE INSERT ON walrelay_dead_letter FOR EACH "
+                        "ROW EXECUTE FUNCTION dl_fail()")
+                  .ok());
+  RepublishRequest request;
+  request.rows = RepublishRequest::Rows::kAll;
+  request.create_slot = true;
+  auto failed = Republish(config_, request);
+  ASSERT_FALSE(failed.ok()) << "republish was expected to fail at its dead-letter write";
+  ASSERT_EQ(*pg_->QueryScalar("SELECT count(*) FROM pg_replication_slots"), "1");
+  ASSERT_TRUE(pg_->Exec("DROP TRIGGER dl_fail ON walrelay_dead_letter").ok());
+  StartRelay();
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+  EXPECT_EQ(Recovering(), "f");
+  StopRelay();
+  EXPECT_EQ(DistinctEventIds(300, 60s).size(), 300u)
+      << "rows up to the earlier recovery's resume position were skipped";
+}
+
 // Issue 27, item 4: recovery keeps the connections it holds alive. With
 // idle_session_timeout = 2s on the role, a 200,000-row backfill outlasts it: the relay's
 // idle connections (the slot's lock, progress, dead letters, the replication connection)

@@ -125,6 +125,7 @@ Status ProgressStore::SaveDelivered(const std::string& slot, Lsn lsn) {
 }
 
 Status ProgressStore::SaveSlotOrigin(const std::string& slot, std::string_view origin) {
+  WALRELAY_RETURN_IF_ERROR(SaveBackfillAfterId(slot, ""));
   return SetColumn(slot, "slot_origin", "text", std::string(origin), "recording the slot's origin");
 }
 

@@ -90,6 +90,10 @@ class ProgressStore {
   // Records that everything before `lsn` was delivered (Progress::delivered): the relay
   // may confirm the slot up to it. REQUIRES: true of `lsn`.
   Status SaveDelivered(const std::string& slot, Lsn lsn);
+  // Records how the slot came to be (made by run, recovery or republish, or adopted). A
+  // new origin means a slot other than the one an unfinished backfill was read against, so
+  // that backfill's resume position (backfill_after_id) is cleared first: it would make
+  // the next recovery skip rows nobody delivered against this slot.
   Status SaveSlotOrigin(const std::string& slot, std::string_view origin);
   // "" clears it.
   Status SaveBackfillAfterId(const std::string& slot, const std::string& id);
