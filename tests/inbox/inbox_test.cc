@@ -614,6 +614,38 @@ TEST_F(InboxTest, RetentionDeletesExpiredRowsInBatches) {
   EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'other'"), 3);
 }
 
+// Issue 41 item 17 (invariant 10): on an inbox table the user partitioned, ctid repeats in
+// every partition. The retention delete named rows by ctid alone, so an expired row's ctid
+// also deleted the row at the same ctid in the other partition: a recent inbox row of
+// another consumer gone, and its event applied again on redelivery.
+TEST_F(InboxTest, RetentionOnAPartitionedInboxDeletesOnlyExpiredRows) {
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE inbox (consumer text NOT NULL, message_id text NOT NULL, "
+                        "received_at timestamptz NOT NULL DEFAULT now(), "
+                        "PRIMARY KEY (consumer, message_id)) PARTITION BY LIST (consumer);"
+                        "CREATE TABLE inbox_ledger PARTITION OF inbox FOR VALUES IN ('ledger');"
+                        "CREATE TABLE inbox_other PARTITION OF inbox FOR VALUES IN ('other');")
+                  .ok());
+  InboxOptions o = Options("g", "payments");  // inbox_retention: 15 days
+  auto c = InboxConsumer::Create(o, &ledger::CreditWallet);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->EnsureSchema().ok());
+  // The same ctids in both partitions: (0,1) .. (0,20).
+  ASSERT_TRUE(pg_->Exec("INSERT INTO inbox SELECT 'ledger', 'old-' || i, "
+                        "now() - interval '16 days' FROM generate_series(1, 20) i;"
+                        "INSERT INTO inbox SELECT 'other', 'recent-' || i, now() - interval '1 day' "
+                        "FROM generate_series(1, 20) i;")
+                  .ok());
+  ASSERT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox_ledger l JOIN inbox_other o ON l.ctid = o.ctid"),
+            20)
+      << "the premise: rows of both partitions share ctids";
+  auto n = (*c)->RunRetentionOnce();
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 20);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'ledger'"), 0);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox WHERE consumer = 'other'"), 20)
+      << "rows of another consumer, within the retention, were deleted";
+}
+
 // The consumer name is half of every inbox key: the event-id rules apply to it at Create.
 TEST_F(InboxTest, ConsumerNameThatCannotBeAnInboxKeyIsRefused) {
   InboxOptions o = Options("g", "payments");
