@@ -45,14 +45,23 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   if (config.source_mode == relay::SourceMode::kPoll) {
     // No publication, no slot: the polling publisher's columns and index instead. Rows
     // that WAL mode delivered (before the slot's recorded bound) count as published, so
-    // the switch from WAL mode repeats only the last moments (docs/poll-mode.md).
+    // the switch from WAL mode repeats only the last moments (docs/poll-mode.md). Only in
+    // a table of the publication the WAL relay streamed: another deployment with the same
+    // slot name (the default) has a progress row of its own, whose bound says nothing of
+    // this table. The table is matched by OID (invariant 8), as the publication lists it
+    // (its partition root with publish_via_partition_root, FOR ALL TABLES and schemas too).
     for (const auto& t : config.tables) {
       sql.push_back(relay::PollColumnsSql(t));
       sql.push_back(relay::PollIndexSql(t, config.columns.id, partitioned(t)));
       sql.push_back(relay::PollWaitingIndexSql(t, config.columns.aggregate_id, config.columns.id,
                                                partitioned(t)));
       sql.push_back("UPDATE " + QuoteQualifiedName(t) +
-                    " SET published_at = now() WHERE published_at IS NULL AND " +
+                    " SET published_at = now() WHERE published_at IS NULL AND EXISTS (SELECT 1 "
+                    "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = "
+                    "pt.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = "
+                    "pt.tablename WHERE pt.pubname = " +
+                    QuoteLiteral(config.publication) + " AND c.oid = " +
+                    QuoteLiteral(QuoteQualifiedName(t)) + "::regclass) AND " +
                     relay::DeliveredBeforeBoundPredicate(config.progress_table, config.slot));
     }
     return sql;

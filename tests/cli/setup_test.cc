@@ -75,6 +75,39 @@ TEST_F(SetupTest, MakesAFailoverSlotFrom17On) {
   }
 }
 
+// Issue 41 item 17: `setup --source-mode poll` counts as published the rows that WAL mode
+// delivered before its recorded bound. Another deployment in the same database with the
+// default slot name (deployment A streams public.outbox in WAL mode; deployment B polls
+// public.b_outbox) has a progress row under the same slot: B's setup marked B's rows
+// older than A's bound as published, and nobody ever published them. Only tables of the
+// publication the WAL relay streamed count.
+TEST_F(SetupTest, PollSetupMarksOnlyRowsTheWalRelayStreamed) {
+  CommandResult r = RunWalrelay("setup " + dsn_);  // deployment A: public.outbox, WAL mode
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = RunWalrelay("setup " + dsn_ + " --source-mode poll --source-table public.b_outbox");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(pg_->Exec("INSERT INTO public.b_outbox (aggregate_type, aggregate_id, event_type, "
+                        "payload) SELECT 'payment', 'b-' || g, 'E', '{}' FROM "
+                        "generate_series(1, 10) g;"
+                        "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, "
+                        "payload) SELECT 'payment', 'a-' || g, 'E', '{}' FROM "
+                        "generate_series(1, 10) g")
+                  .ok());
+  // A's relay delivered everything so far and recorded its bound.
+  ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, bound_snapshot, bound_lsn) "
+                        "VALUES ('walrelay', '*', pg_current_snapshot(), "
+                        "pg_current_wal_insert_lsn())")
+                  .ok());
+  r = RunWalrelay("setup " + dsn_ + " --source-mode poll --source-table public.b_outbox");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Scalar("SELECT count(*) FROM public.b_outbox WHERE published_at IS NULL"), "10")
+      << "rows nobody published were marked published";
+  // A's own switch to poll mode still counts what A delivered.
+  r = RunWalrelay("setup " + dsn_ + " --source-mode poll");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Scalar("SELECT count(*) FROM public.outbox WHERE published_at IS NULL"), "0");
+}
+
 TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
   for (int i = 0; i < 2; ++i) {
     CommandResult r = RunWalrelay("setup " + dsn_ +
