@@ -22,6 +22,7 @@
 #include "src/relay/run/relay.h"
 #include "src/relay/core/schema.h"
 #include "tests/inbox/inbox_test_util.h"
+#include "tests/support/log_capture.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/support/test_broker.h"
 
@@ -994,12 +995,16 @@ TEST_F(InboxTest, PrepareSkippedBehindAFailedStatementIsPreparedAgain) {
 // set explicitly, so the 5-minute wait is not librdkafka 2.0.2's behaviour here.
 TEST_F(InboxTest, ConsumerStartsSoonAfterTheTopicIsCreated) {
   ASSERT_TRUE(kafka_->MakeTopicMissing("late", 1).ok());
+  walrelay::testing::LogCapture log;
   auto consumer = InboxConsumer::Create(Options("g", "late"), &ledger::CreditWallet);
   ASSERT_TRUE(consumer.ok()) << consumer.status().ToString();
   ASSERT_TRUE((*consumer)->EnsureSchema().ok());
   Status run_status;
   std::thread runner([&] { run_status = (*consumer)->Run(); });
-  std::this_thread::sleep_for(6s);  // subscribed and joined; the topic does not exist yet
+  // The premise: the consumer subscribed and was told the topic does not exist (librdkafka's
+  // "Subscribed topic not available" error, logged by the inbox) before it appears.
+  EXPECT_TRUE(WaitFor([&] { return log.Contains("Unknown topic or partition"); }, 30s))
+      << "the consumer never saw the topic missing";
   ASSERT_TRUE(kafka_->TopicAppears("late").ok());
   ProduceAll(kafka_->bootstraps(), "late", {Payment(0), Payment(1), Payment(2)});
   EXPECT_TRUE(WaitFor([&] { return (*consumer)->stats().applied >= 3; }, 20s))

@@ -13,6 +13,7 @@
 #include "src/kafka/mock_cluster.h"
 #include "src/kafka/producer.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/wait.h"
 
 namespace walrelay::inbox::testing {
 
@@ -52,15 +53,7 @@ inline void ProduceAll(const std::string& bootstraps, const std::string& topic,
   ASSERT_EQ(failed, 0u);
 }
 
-// Polls `done` every 50 ms until true or `timeout`; returns its last value.
-inline bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return done();
-}
+using walrelay::testing::WaitFor;
 
 inline int64_t QueryInt(const walrelay::testing::TestCluster& pg, const std::string& sql) {
   auto v = pg.QueryScalar(sql);

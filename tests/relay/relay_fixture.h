@@ -21,6 +21,7 @@
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"
 #include "tests/support/test_broker.h"
+#include "tests/support/wait.h"
 
 namespace walrelay::relay {
 
@@ -99,6 +100,18 @@ class RelayTest : public ::testing::Test {
   }
 
   Lsn ConfirmedFlush() { return testing::ConfirmedFlush(*pg_); }
+
+  // Waits until the relay has saved a recovery bound in walrelay_progress (it does every
+  // 2 s once events are confirmed). False on timeout.
+  bool WaitBoundSaved(std::chrono::milliseconds timeout) {
+    return testing::WaitFor(
+        [&] {
+          auto n = pg_->QueryScalar(
+              "SELECT count(*) FROM walrelay_progress WHERE bound_snapshot IS NOT NULL");
+          return n.ok() && *n == "1";
+        },
+        timeout);
+  }
 
   // Waits until confirmed_flush_lsn reaches the WAL insert position as of the call.
   bool WaitConfirmedPastCurrent(std::chrono::milliseconds timeout) {

@@ -30,6 +30,7 @@
 #include "tests/support/pg_cluster.h"
 #include "tests/support/slot_wait.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait.h"
 
 namespace walrelay::relay {
 namespace {
@@ -582,9 +583,15 @@ TEST_F(RelayProcessTest, RecoveryPetsTheWatchdogWhileBrokersAreDown) {
 TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactions) {
   StartRelay();
   std::atomic<bool> written{false};
+  const Lsn start = ConfirmedFlush();
   std::thread writer([&] { WriteOutbox(300, 100, &written); });  // 30,000 events
-  std::this_thread::sleep_for(700ms);
+  // Mid-stream, shown rather than timed: the relay has confirmed some transactions and the
+  // writer is still committing when the signal arrives.
+  const bool moving = testing::WaitFor([&] { return ConfirmedFlush() > start; }, 30s);
+  const bool mid_stream = !written.load();
   relay_->Signal(SIGTERM);
+  ASSERT_TRUE(moving) << "the relay confirmed nothing before SIGTERM\n" << relay_->LogTail();
+  ASSERT_TRUE(mid_stream) << "the writer had finished before SIGTERM: not mid-stream";
   auto code = relay_->Wait(30s);
   ASSERT_TRUE(code.has_value()) << "relay did not stop after SIGTERM\n" << relay_->LogTail();
   EXPECT_EQ(*code, 0) << relay_->LogTail();

@@ -24,8 +24,10 @@
 #include "src/relay/core/schema.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/tcp_proxy.h"
+#include "tests/support/wait.h"
 
 namespace walrelay::relay {
 namespace {
@@ -456,11 +458,26 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
                   .ok());
   auto after_insert = pg_->QueryScalar("SELECT pg_current_wal_insert_lsn()");
   ASSERT_TRUE(after_insert.ok());
-  // Nothing can be acked: the slot must stay before the unacked transaction's commit.
+  const Lsn held_tx_end = *Lsn::Parse(*after_insert);
+  // The premise: the relay has read the transaction and holds its 500 events unacked (not
+  // merely "has not got to it yet"), while the slot stays before the transaction's commit.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        EXPECT_LT(ConfirmedFlush(), held_tx_end);
+        return Lsn{relay_->stats().received_lsn.load()} >= held_tx_end &&
+               relay_->stats().in_flight_events.load() >= 500;
+      },
+      30s))
+      << "the relay did not read the transaction: received "
+      << Lsn{relay_->stats().received_lsn.load()}.ToString() << ", in flight "
+      << relay_->stats().in_flight_events.load();
+  // Nothing can be acked: the slot must stay before the unacked transaction's commit
+  // through many status intervals (100 ms each) while the relay holds it.
   for (int i = 0; i < 30; ++i) {
     std::this_thread::sleep_for(100ms);
-    ASSERT_LT(ConfirmedFlush(), *Lsn::Parse(*after_insert));
+    ASSERT_LT(ConfirmedFlush(), held_tx_end);
   }
+  EXPECT_GE(relay_->stats().in_flight_events.load(), 500u) << "the held events were dropped";
   ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s));
   auto records = ConsumeAll(kafka_->bootstraps(), "outbox.payment", kPartitions, 501, 30s);
@@ -781,12 +798,16 @@ TEST_F(RelayTest, OutageLongerThanRequestTimeoutLosesAndReordersNothing) {
   WALRELAY_NEEDS_DEV_BROKER(kafka_, "responses delayed by the broker");
   config_.kafka_properties["request.timeout.ms"] = "500";
   config_.kafka_properties["socket.timeout.ms"] = "500";
+  testing::LogCapture log;
   StartRelay();
   WriteEvents(0, 1, 10);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
   ASSERT_TRUE(kafka_->mock()->SetBrokerRtt(-1, 1500).ok());
   for (int t = 0; t < 10; ++t) WriteEvents(10 + t * 20, 1, 20);
-  std::this_thread::sleep_for(3s);
+  // The premise: produce requests did time out (librdkafka's REQTMOUT line, "Timed out N
+  // in-flight ... requests") while the relay held the events, and more than once.
+  ASSERT_TRUE(testing::WaitFor([&] { return log.Lines("Timed out").size() >= 2; }, 30s))
+      << "no produce request timed out: the test did not exercise what it names";
   ASSERT_TRUE(kafka_->mock()->SetBrokerRtt(-1, 0).ok());
   ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
   // Read until every event was seen (duplicates from retried requests are allowed).
@@ -993,10 +1014,11 @@ TEST_F(SyncStandbyTest, RelaysOwnWritesDoNotWaitForItsOwnWalsender) {
                         "'{}')")
                   .ok());
   EXPECT_EQ(DistinctEventIds(500, 30s).size(), 500u);
-  // Progress is saved every 2 s once events are confirmed: wait past a save, then check
-  // the slot still confirms what is written after it.
+  // Progress is saved every 2 s once events are confirmed: wait for a save (the bound
+  // written on the streaming thread's session), then check the slot still confirms what
+  // is written after it.
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << "the relay stopped confirming";
-  std::this_thread::sleep_for(2500ms);
+  ASSERT_TRUE(WaitBoundSaved(30s)) << "no progress was saved";
   ASSERT_TRUE(pg_->Exec("SET synchronous_commit = local; INSERT INTO outbox (aggregate_type, "
                         "aggregate_id, event_type, payload) VALUES ('payment', 'a', 'After', "
                         "'{}')")
@@ -1120,7 +1142,7 @@ TEST_F(HalfOpenTest, SilentConnectionIsReplacedAndNothingIsLost) {
   StartRelay();
   WriteEvents(0, 5, 100);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
-  std::this_thread::sleep_for(2500ms);  // past the progress save that follows
+  ASSERT_TRUE(WaitBoundSaved(30s)) << "no progress was saved";  // before the path dies
   const uint64_t restarts = relay_->stats().restarts.load();
   (*proxy)->Freeze();
   WriteEvents(500, 5, 100);

@@ -16,6 +16,7 @@
 #include "src/relay/lifecycle/table_health.h"
 #include "src/relay/run/startup_checks.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/wait.h"
 
 namespace walrelay::relay {
 namespace {
@@ -661,7 +662,14 @@ TEST(SlotGuardLostTest, IdleTimeoutOn18IsWarnedAboutAndNamedWhenItStrikes) {
 
   ASSERT_TRUE(cluster.Exec("ALTER SYSTEM SET idle_replication_slot_timeout = 1").ok());
   ASSERT_TRUE(cluster.Exec("SELECT pg_reload_conf()").ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the reload is asynchronous
+  // The reload is asynchronous: wait until a new session sees the setting.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto v = cluster.QueryScalar("SHOW idle_replication_slot_timeout");
+        return v.ok() && *v == "1s";
+      },
+      std::chrono::seconds(30)))
+      << "the server did not take idle_replication_slot_timeout = 1";
   auto on = StartupChecks(config);
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_EQ(on->settings.idle_replication_slot_timeout.count(), 1);
