@@ -398,6 +398,70 @@ TEST_F(ApacheKafkaTest, TopicTheUserMayNotWriteIsRetriedThenDeadLetteredWhileOth
       << *(*dead)[0][2];
 }
 
+// Issue 41 item 12: poll mode, a delivery the broker refuses (an ACL that allows Describe,
+// so the topic check passes, but denies Write). Aggregate x's first row goes to the denied
+// topic, its second to the fixture's topic: the second must be held back, not published
+// ahead of the first (the poll produced both before any delivery report came back, and
+// marked the second published). Once Write is allowed, both arrive, in id order.
+TEST_F(ApacheKafkaTest, PollModeRefusedDeliveryHoldsBackTheAggregatesRowInAnotherTopic) {
+  const std::string denied = cluster_->UniqueTopic("apache.denied");
+  ASSERT_TRUE(cluster_->CreateTopic(denied, 1).ok());
+  const std::vector<std::string> acl = {"--deny-principal", "User:walrelay", "--operation",
+                                        "Write", "--topic", denied};
+  std::vector<std::string> add = {"--add"}, remove = {"--remove", "--force"};
+  add.insert(add.end(), acl.begin(), acl.end());
+  remove.insert(remove.end(), acl.begin(), acl.end());
+  ASSERT_TRUE(cluster_->Acl(add).ok());
+  ASSERT_TRUE(pg_->Exec(PollColumnsSql("public.outbox")).ok());
+  ASSERT_TRUE(pg_->Exec(PollIndexSql("public.outbox", "id")).ok());
+  ASSERT_TRUE(pg_->Exec(PollWaitingIndexSql("public.outbox", "aggregate_id", "id")).ok());
+  config_.source_mode = SourceMode::kPoll;
+  config_.poll_interval = std::chrono::milliseconds(20);
+  config_.poll_max_attempts = 100;
+  config_.kafka_topic_error_timeout = 300s;  // a failed row is retried 3 s later
+  config_.bootstrap_servers = cluster_->sasl_bootstraps();
+  config_.kafka_properties = {{"security.protocol", "SASL_SSL"},
+                              {"sasl.mechanisms", "PLAIN"},
+                              {"sasl.username", "walrelay"},
+                              {"sasl.password", cluster_->walrelay_password()},
+                              {"ssl.ca.location", cluster_->ca_path()}};
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'x', '" + denied +
+                        "', 'First', '{\"seq\": 1}');"
+                        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "VALUES ('payment', 'x', 'Second', '{\"seq\": 2}'), ('payment', 'y', "
+                        "'Other', '{\"seq\": 3}')")
+                  .ok());
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  auto count = [&](const std::string& where) {
+    auto v = pg_->QueryScalar("SELECT count(*) FROM outbox WHERE " + where);
+    return v.ok() ? std::stoi(*v) : -1;
+  };
+  // The premise: the first row's delivery was refused (an attempt counted, the reason the
+  // broker's), while the other aggregate's row was published.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return count("aggregate_id = 'x' AND retry_count >= 1") == 1; }, 60s))
+      << run_status_.ToString();
+  EXPECT_EQ(count("last_error LIKE '%TOPIC_AUTHORIZATION_FAILED%'"), 1);
+  ASSERT_TRUE(testing::WaitFor([&] { return count("aggregate_id = 'y' AND published_at IS NOT "
+                                                  "NULL") == 1; },
+                               30s));
+  EXPECT_EQ(count("aggregate_id = 'x' AND published_at IS NOT NULL"), 0)
+      << "x's second row was marked published while its first was refused";
+  const int64_t in_topic =
+      kafka::testing::EndOffsetSum(cluster_->bootstraps(), topic_, kTopicPartitions);
+  EXPECT_EQ(in_topic, 1) << "x's second row reached Kafka ahead of its first";
+  ASSERT_TRUE(cluster_->Acl(remove).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return count("published_at IS NULL") == 0; }, 60s))
+      << run_status_.ToString();
+  StopRelay();
+  const auto first = kafka::testing::ConsumeAll(cluster_->bootstraps(), denied, 1, 1, 30s);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].Header("event_type"), "First");
+  EXPECT_EQ(kafka::testing::EndOffsetSum(cluster_->bootstraps(), topic_, kTopicPartitions), 2);
+}
+
 // 8. Records read back by an independent client, the Java consumer of the broker's own
 // Kafka version: partition (the Java producer's choice for the same key, asked of the Java
 // producer itself), key, value, headers in order, CreateTime, exactly as

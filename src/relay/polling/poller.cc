@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "base/sql.h"
@@ -195,10 +196,14 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     int64_t id = 0;
     std::string error;  // kFailed: why
     Clock::time_point produced_at;
+    std::optional<std::string> aggregate;  // produced rows: its aggregate id
   };
   std::vector<Row> batch(n);
   uint64_t pending = 0;
   Status failure;
+  // Aggregates with a row that failed in this poll: their later rows are held back,
+  // whatever their topic (a refused delivery as well as a refused topic check).
+  std::set<std::string, std::less<>> failed_aggregates;
 
   // A dead letter of row i (its id keys it: written twice, kept once), with the event
   // fields set by the caller.
@@ -248,10 +253,32 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied) {
       row.state = State::kFailed;
       row.error = st.message();
+      if (row.aggregate) failed_aggregates.emplace(*row.aggregate);
       return;
     }
     failure = st.WithContext("poll: delivery failed");
   });
+  // Every record produced so far acked or refused (records never time out: a broker
+  // outage is waited out, invariant 9; a stop request waits shutdown_timeout).
+  std::optional<Clock::time_point> stop_deadline;
+  auto await_deliveries = [&]() -> Status {
+    while (pending != 0) {
+      sink_.Poll(std::chrono::milliseconds(50));
+      stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+      if (!failure.ok()) return failure;
+      WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
+      if (stop.load(std::memory_order_relaxed)) {
+        if (!stop_deadline) stop_deadline = Clock::now() + config_.shutdown_timeout;
+        if (Clock::now() >= *stop_deadline) {
+          return UnavailableError("poll: stopped with " + std::to_string(pending) +
+                                  " records of " + table +
+                                  " not acknowledged by Kafka: their rows stay unpublished "
+                                  "and are published again at the next start");
+        }
+      }
+    }
+    return failure;
+  };
 
   OutboxEvent event;
   RecordBuilder record(config_);
@@ -267,7 +294,10 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     if (st.ok()) topics_ok_[std::string(topic)] = now + std::chrono::seconds(30);
     return st;
   };
-  std::set<std::string, std::less<>> failed_aggregates;  // of rows that failed in this poll
+  // Per aggregate, the topic of its latest row produced in this poll: a row of the same
+  // aggregate for another topic waits until the earlier one is acknowledged or refused (no
+  // partition orders records of two topics), and is held back if it was refused.
+  std::map<std::string, std::string, std::less<>> produced_topic;
   for (int i = 0; i < n; ++i) {
     if (!ParseNumber(std::string_view(PQgetvalue(rows.get(), i, kId)), &batch[i].id)) {
       return InvalidArgumentError("poll mode: the id column " + config_.columns.id + " of " +
@@ -297,6 +327,18 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
       if (row.aggregate_id) failed_aggregates.emplace(*row.aggregate_id);
       continue;
     }
+    if (row.aggregate_id) {
+      auto earlier = produced_topic.find(*row.aggregate_id);
+      if (earlier != produced_topic.end() && earlier->second != event.topic && pending != 0) {
+        WALRELAY_RETURN_IF_ERROR(await_deliveries());
+      }
+      if (failed_aggregates.contains(*row.aggregate_id)) {
+        batch[i].state = State::kHeld;
+        continue;
+      }
+      produced_topic.insert_or_assign(std::string(*row.aggregate_id), std::string(event.topic));
+      batch[i].aggregate = std::string(*row.aggregate_id);
+    }
     SourcePosition position;
     position.xid = 0;
     ParseNumber(std::string_view(PQgetvalue(rows.get(), i, kXmin)), &position.xid);
@@ -317,26 +359,9 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     if (!failure.ok()) return failure;
   }
 
-  // Every record acked or refused before anything is marked (records never time out:
-  // a broker outage is waited out, invariant 9; a stop request waits shutdown_timeout).
-  std::optional<Clock::time_point> stop_deadline;
-  while (pending != 0) {
-    sink_.Poll(std::chrono::milliseconds(50));
-    stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
-    if (!failure.ok()) return failure;
-    WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
-    if (stop.load(std::memory_order_relaxed)) {
-      if (!stop_deadline) stop_deadline = Clock::now() + config_.shutdown_timeout;
-      if (Clock::now() >= *stop_deadline) {
-        return UnavailableError("poll: stopped with " + std::to_string(pending) +
-                                " records of " + table +
-                                " not acknowledged by Kafka: their rows stay unpublished and "
-                                "are published again at the next start");
-      }
-    }
-  }
+  // Every record acked or refused before anything is marked.
+  WALRELAY_RETURN_IF_ERROR(await_deliveries());
   stats_.in_flight_events.store(0, std::memory_order_relaxed);
-  if (!failure.ok()) return failure;
 
   // Rows that failed: counted, and dead-lettered once they used up their attempts.
   const auto retry_after = std::max<std::chrono::milliseconds>(
