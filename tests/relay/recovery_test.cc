@@ -504,6 +504,68 @@ TEST_F(RecoveryTest, FailedRepublishAfterAnUnfinishedRecoveryLosesNothing) {
       << "rows up to the earlier recovery's resume position were skipped";
 }
 
+// Issue 41 item 10: lost-slot recovery applies the streaming path's rule to a row whose
+// topic does not exist: the recovery is redone until the topic has failed for
+// kafka.topic_error_timeout_ms, then the row is dead-lettered with the reason and the
+// relay streams. Before, only records refused for their size were dead-lettered there:
+// the recovery waited on the missing topic for ever (each redo republishing every row
+// behind it).
+TEST_F(RecoveryTest, RowOfAMissingTopicIsRetriedThenDeadLetteredByTheRecovery) {
+  config_.kafka_topic_error_timeout = 3s;
+  config_.metrics_address = "127.0.0.1:0";
+  ASSERT_TRUE(kafka_->MakeTopicMissing("outbox.missing", 1).ok());
+  StartRelay();
+  WriteEvents(0, 1, 100);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+  StopRelay();
+  WriteEvents(100, 1, 50);
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'm', 'outbox.missing', 'Missing', '{}')")
+                  .ok());
+  WriteEvents(150, 1, 50);
+  ASSERT_TRUE(DropSlotOnceReleased());
+  relay_ = std::make_unique<Relay>(config_);
+  thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+  ASSERT_TRUE(testing::WaitFor([&] { return relay_->stats().streaming.load() == 1; }, 60s))
+      << "the recovery did not end: " << run_status_.ToString();
+  // The premise: the topic was retried (the recovery redone) before its row was
+  // dead-lettered.
+  EXPECT_GE(relay_->stats().restarts.load(), 1u) << "the missing topic was not retried";
+  EXPECT_EQ(relay_->stats().slot_recoveries.load(), 1u);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s)) << run_status_.ToString();
+  StopRelay();
+  EXPECT_EQ(DistinctEventIds(200, 60s).size(), 200u) << "rows behind the missing topic's lost";
+  auto dead = pg_->Query("SELECT event_type, topic, reason FROM walrelay_dead_letter");
+  ASSERT_TRUE(dead.ok()) << dead.status().ToString();
+  ASSERT_EQ(dead->size(), 1u);
+  EXPECT_EQ(*(*dead)[0][0], "Missing");
+  EXPECT_EQ(*(*dead)[0][1], "outbox.missing");
+  EXPECT_NE((*dead)[0][2]->find("failing for longer than"), std::string::npos) << *(*dead)[0][2];
+}
+
+// Issue 41 item 10, the one-shot command: `republish` meets a row whose topic does not
+// exist. It ends at once with the fix (no wait on the topic's metadata, no bound to reach
+// in a command run by hand), the row stays in the outbox for the next run.
+TEST_F(RecoveryTest, RepublishStopsAtAMissingTopicWithTheFix) {
+  ASSERT_TRUE(kafka_->MakeTopicMissing("outbox.missing", 1).ok());
+  WriteEvents(0, 1, 10);
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('payment', 'm', 'outbox.missing', 'Missing', '{}')")
+                  .ok());
+  RepublishRequest request;
+  request.rows = RepublishRequest::Rows::kAll;
+  const auto started = std::chrono::steady_clock::now();
+  auto r = Republish(config_, request);
+  const auto took = std::chrono::steady_clock::now() - started;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("create the topic"), std::string::npos)
+      << r.status().message();
+  EXPECT_LT(took, 20s) << "republish waited on the missing topic";
+  EXPECT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "0");
+}
+
 // Issue 27, item 4: recovery keeps the connections it holds alive. With
 // idle_session_timeout = 2s on the role, a 200,000-row backfill outlasts it: the relay's
 // idle connections (the slot's lock, progress, dead letters, the replication connection)

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 
 #include "slot/pg_error.h"
@@ -34,6 +35,27 @@ Result<uint64_t> ParseUint(const char* text, std::string_view what) {
 
 constexpr uint64_t kXidSpace = uint64_t{1} << 32;
 constexpr uint64_t kMaxSpan = uint64_t{1} << 31;
+
+// A topic that is missing or refuses writes, within its bound (`bounded`: the relay's
+// recovery, redone after its backoff) or for a one-shot republish (no bound: its fix).
+// kUnavailable either way: nothing past the row is confirmed, the work can be redone.
+Status TopicRefusal(const std::string& name, const std::string& topic, const std::string& why,
+                    bool bounded) {
+  return UnavailableError(
+      name + ": kafka topic " + topic + " refused: " + why +
+      (bounded ? "; the recovery is redone after the reconnect backoff until the topic works "
+                 "or has failed for --kafka-topic-error-timeout-ms, then its rows are "
+                 "dead-lettered; create the topic or grant the relay's principal Write on it"
+               : "; nothing was lost (the rows stay in the outbox): create the topic or grant "
+                 "the principal Write on it, then run the same republish again (rows "
+                 "published before this one repeat)"));
+}
+
+std::string TopicDeadLetterReason(const std::string& why, const TopicErrors& errors) {
+  return "Kafka refused the record's topic: " + why +
+         " (failing for longer than --kafka-topic-error-timeout-ms=" +
+         std::to_string(errors.timeout().count()) + ")";
+}
 
 }  // namespace
 
@@ -142,6 +164,7 @@ Result<BackfillResult> Backfill(const RelayConfig& config, const slot::ConnInfo&
                                                    "to it acked)");
   selection.keep_alive = control.keep_alive;
   selection.on_progress = control.on_progress;
+  selection.topic_errors = control.topic_errors;
   WALRELAY_ASSIGN_OR_RETURN(
       BackfillResult result,
       PublishRows(config, conn.get(), selection, consistent_point, sink, dead_letters, stats,
@@ -253,8 +276,40 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           failure = written;
           return;
         }
+        if (record != nullptr && record->topic_error()) {
+          // The topic's own fault (missing, or Write refused by an ACL).
+          const std::string topic(record->topic());
+          if (selection.topic_errors != nullptr &&
+              selection.topic_errors->Fail(topic, st.message())) {
+            DeadLetter l;
+            const auto position = ParsePosition(record->Header(config.header_names.position));
+            if (position) {
+              l.source = position->source;
+              l.ordinal = position->ordinal;
+            }
+            l.recovered = true;
+            l.commit_lsn = consistent_point;
+            SetRecordFields(*record, config.header_names, &l);
+            l.reason = TopicDeadLetterReason(st.message(), *selection.topic_errors);
+            Status written = dead_letters.Write(l);
+            if (written.ok()) {
+              stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+              --result.published;
+              ++result.dead_lettered;
+              mark_done(cookie);
+              return;
+            }
+            failure = written;
+            return;
+          }
+          failure = TopicRefusal(name, topic, st.message(), selection.topic_errors != nullptr);
+          return;
+        }
         failure = st.WithContext(name + ": delivery failed");
       });
+  // The topic check before a topic's first record (once per topic and run): a missing or
+  // unwritable topic is known at once instead of after a produce's metadata wait.
+  std::map<std::string, Status, std::less<>> topic_checks;
 
   // The count, under the same snapshot: what the log promises and the progress lines
   // measure against.
@@ -352,6 +407,34 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         if (!PQgetisnull(rows.get(), i, 7)) {
           const char* us = PQgetvalue(rows.get(), i, 7);
           std::from_chars(us, us + std::strlen(us), position.commit_time_us);
+        }
+        auto check = topic_checks.find(event.topic);
+        if (check == topic_checks.end()) {
+          Status st = sink.CheckTopic(event.topic);
+          if (st.code() != StatusCode::kNotFound && st.code() != StatusCode::kPermissionDenied) {
+            st = Status::Ok();  // usable, or the cluster cannot tell now: the reports decide
+          }
+          check = topic_checks.emplace(std::string(event.topic), std::move(st)).first;
+        }
+        if (!check->second.ok()) {
+          if (selection.topic_errors == nullptr ||
+              !selection.topic_errors->Fail(event.topic, check->second.message())) {
+            return TopicRefusal(name, std::string(event.topic), check->second.message(),
+                                selection.topic_errors != nullptr);
+          }
+          DeadLetter l;
+          l.source = table;
+          l.recovered = true;
+          l.commit_lsn = consistent_point;
+          l.ordinal = ordinal++;
+          SetEventFields(event, &l);
+          l.payload = event.value;
+          l.reason = TopicDeadLetterReason(check->second.message(), *selection.topic_errors);
+          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
+          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+          ++result.dead_lettered;
+          mark_done(ordinal);  // l.ordinal + 1
+          continue;
         }
         record.Build(event, position);
         ++ordinal;

@@ -86,6 +86,7 @@
 #include "src/relay/core/pipeline.h"
 #include "src/relay/core/progress.h"
 #include "src/relay/core/relay_stats.h"
+#include "src/relay/core/topic_errors.h"
 
 namespace walrelay::relay {
 
@@ -109,6 +110,7 @@ struct BackfillControl {
   std::function<Status(const std::string& id)> on_progress;
   std::string after_id;
   const std::atomic<bool>* stop = nullptr;  // set: ends the work with kCancelled
+  TopicErrors* topic_errors = nullptr;      // RowSelection::topic_errors
 };
 
 // Publishes the rows described above and waits for every ack. `snapshot` is the exported
@@ -135,6 +137,14 @@ struct RowSelection {
   // prefix at the end too (only with config.columns.id, the order, and one table).
   std::function<Status()> keep_alive;
   std::function<Status(const std::string& id)> on_progress;
+  // A topic that does not exist or refuses writes (the topic check before a row's first
+  // record of it, or the delivery report): with `topic_errors` (the relay's, which outlives
+  // a redo), the streaming path's rule (invariant 13): kUnavailable (the caller redoes the
+  // work after its backoff, nothing confirmed past the row) until the topic has failed
+  // continuously for kafka.topic_error_timeout_ms, then its rows are dead-lettered with the
+  // reason. Without (a one-shot `republish`): the refusal ends the work at once with the
+  // fix; rows already produced repeat when it is run again.
+  TopicErrors* topic_errors = nullptr;
 };
 
 // The order rows are republished in: the configured id column, or without one (a uuid

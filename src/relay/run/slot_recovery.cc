@@ -101,6 +101,7 @@ Result<Lsn> Relay::Session::Recover(const slot::ConnInfo& conninfo, const Progre
   BackfillControl control;
   control.stop = &relay_.stop_;
   control.after_id = resume_after;
+  control.topic_errors = relay_.topic_errors_.get();  // the bound outlives a redo
   control.keep_alive = [this]() -> Status {
     WALRELAY_RETURN_IF_ERROR(conn_->IdentifySystem().status());
     WALRELAY_RETURN_IF_ERROR(admin_->CurrentWalLsn().status());
