@@ -131,6 +131,16 @@ class ApacheKafkaTest : public RelayTest {
     }
   }
 
+  // The SASL_SSL listener (whose ACLs apply) as the principal User:walrelay, PLAIN.
+  void UseSaslAsWalrelay() {
+    config_.bootstrap_servers = cluster_->sasl_bootstraps();
+    config_.kafka_properties = {{"security.protocol", "SASL_SSL"},
+                                {"sasl.mechanisms", "PLAIN"},
+                                {"sasl.username", "walrelay"},
+                                {"sasl.password", cluster_->walrelay_password()},
+                                {"ssl.ca.location", cluster_->ca_path()}};
+  }
+
   std::string Readyz() {
     httplib::Client client("127.0.0.1", relay_->metrics_port());
     auto r = client.Get("/readyz");
@@ -367,12 +377,7 @@ TEST_F(ApacheKafkaTest, TopicTheUserMayNotWriteIsRetriedThenDeadLetteredWhileOth
                   .ok());
   config_.metrics_address = "127.0.0.1:0";
   config_.kafka_topic_error_timeout = 3s;
-  config_.bootstrap_servers = cluster_->sasl_bootstraps();
-  config_.kafka_properties = {{"security.protocol", "SASL_SSL"},
-                              {"sasl.mechanisms", "PLAIN"},
-                              {"sasl.username", "walrelay"},
-                              {"sasl.password", cluster_->walrelay_password()},
-                              {"ssl.ca.location", cluster_->ca_path()}};
+  UseSaslAsWalrelay();
   StartRelay();
   WriteEvents(1, 1, 10);
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
@@ -419,12 +424,7 @@ TEST_F(ApacheKafkaTest, PollModeRefusedDeliveryHoldsBackTheAggregatesRowInAnothe
   config_.poll_interval = std::chrono::milliseconds(20);
   config_.poll_max_attempts = 100;
   config_.kafka_topic_error_timeout = 300s;  // a failed row is retried 3 s later
-  config_.bootstrap_servers = cluster_->sasl_bootstraps();
-  config_.kafka_properties = {{"security.protocol", "SASL_SSL"},
-                              {"sasl.mechanisms", "PLAIN"},
-                              {"sasl.username", "walrelay"},
-                              {"sasl.password", cluster_->walrelay_password()},
-                              {"ssl.ca.location", cluster_->ca_path()}};
+  UseSaslAsWalrelay();
   ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
                         "payload) VALUES ('payment', 'x', '" + denied +
                         "', 'First', '{\"seq\": 1}');"

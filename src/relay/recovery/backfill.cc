@@ -204,7 +204,6 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   // A record the broker refused for good (e.g. larger than its limit) is dead-lettered
   // from its own headers, like the pipeline does (invariant 7): one bad row must not stop
   // the recovery, which would then be redone, and refused, forever.
-  std::string refused_reason;
   // The acked prefix (selection.on_progress): the rows in the order read, index = their
   // ordinal, each done once acked or dead-lettered; the id of the last row of the done
   // prefix is what a redo may resume after.
@@ -244,6 +243,30 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
     if (selection.keep_alive) WALRELAY_RETURN_IF_ERROR(selection.keep_alive());
     return save_progress();
   };
+  // A produced record dead-lettered from its own headers (recovered), as the pipeline does;
+  // a letter that cannot be written ends the work.
+  auto dead_letter_delivered = [&](uint64_t cookie, const kafka::DeliveredRecord& record,
+                                   std::string reason) {
+    DeadLetter l;
+    const auto position = ParsePosition(record.Header(config.header_names.position));
+    if (position) {
+      l.source = position->source;
+      l.ordinal = position->ordinal;
+    }
+    l.recovered = true;
+    l.commit_lsn = consistent_point;
+    SetRecordFields(record, config.header_names, &l);
+    l.reason = std::move(reason);
+    Status written = dead_letters.Write(l);
+    if (!written.ok()) {
+      failure = written;
+      return;
+    }
+    stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+    --result.published;
+    ++result.dead_lettered;
+    mark_done(cookie);
+  };
   ScopedDeliveryHandler handler(
       sink, [&](uint64_t cookie, const Status& st, size_t, const kafka::DeliveredRecord* record) {
         --pending;
@@ -254,26 +277,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         }
         if (!failure.ok()) return;
         if (st.code() == StatusCode::kInvalidArgument && record != nullptr) {
-          refused_reason = "Kafka refused the record: " + st.message();
-          DeadLetter l;
-          const auto position = ParsePosition(record->Header(config.header_names.position));
-          if (position) {
-            l.source = position->source;
-            l.ordinal = position->ordinal;
-          }
-          l.recovered = true;
-          l.commit_lsn = consistent_point;
-          SetRecordFields(*record, config.header_names, &l);
-          l.reason = refused_reason;
-          Status written = dead_letters.Write(l);
-          if (written.ok()) {
-            stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
-            --result.published;
-            ++result.dead_lettered;
-            mark_done(cookie);
-            return;
-          }
-          failure = written;
+          dead_letter_delivered(cookie, *record, "Kafka refused the record: " + st.message());
           return;
         }
         if (record != nullptr && record->topic_error()) {
@@ -281,25 +285,8 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
           const std::string topic(record->topic());
           if (selection.topic_errors != nullptr &&
               selection.topic_errors->Fail(topic, st.message())) {
-            DeadLetter l;
-            const auto position = ParsePosition(record->Header(config.header_names.position));
-            if (position) {
-              l.source = position->source;
-              l.ordinal = position->ordinal;
-            }
-            l.recovered = true;
-            l.commit_lsn = consistent_point;
-            SetRecordFields(*record, config.header_names, &l);
-            l.reason = TopicDeadLetterReason(st.message(), *selection.topic_errors);
-            Status written = dead_letters.Write(l);
-            if (written.ok()) {
-              stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
-              --result.published;
-              ++result.dead_lettered;
-              mark_done(cookie);
-              return;
-            }
-            failure = written;
+            dead_letter_delivered(cookie, *record,
+                                  TopicDeadLetterReason(st.message(), *selection.topic_errors));
             return;
           }
           failure = TopicRefusal(name, topic, st.message(), selection.topic_errors != nullptr);
