@@ -11,6 +11,9 @@
 # library, one consumer group) and two billing writers committing transactions of 1 to
 # 1000 payments (each payment and its event in one transaction; a fifth of the events are
 # table-less pg_logical_emit_message events; one transaction in twenty is rolled back).
+# The writers are paced by time (CHAOS_RATE payments per second together, default 200)
+# and write through every fault, so each fault lands on a moving stream; once the
+# schedule is done they write on until CHAOS_EVENTS payments are committed.
 # While they run, a seeded schedule (printed first: CHAOS_SEED replays it) injects:
 #   - kill -9 of the streaming relay (CHAOS_RELAY_KILLS, default 20; the standby takes
 #     over, the killed one restarts as the new standby);
@@ -26,6 +29,13 @@
 #     timeout (CHAOS_BROKER_PAUSES, default 1), and a rolling restart of all three
 #     (CHAOS_ROLLING_RESTARTS, default 1). An outage of every broker is a kill -9 of all
 #     three, restarted together.
+# A fault counts as executed only with its evidence, written to $WORK/faults.log: a relay
+# kill names the streaming relay's events in flight (walrelay_in_flight_events, > 0: the
+# stream was moving) and that its pid is gone; an outage, that the dev broker applied it
+# (its "ok") or that each broker's process is gone; a PostgreSQL crash, a new postmaster
+# pid; a lost slot, wal_status = lost; a ledger kill, its pid gone. A fault that could not
+# execute, and a relay or ledger that exits on its own (its log tail is printed), fail
+# the run.
 # Then everything drains and the verdict is computed from Kafka (read with kcat) and from
 # the ledger's tables, against the billing tables (the committed truth):
 #   lost            committed payments whose event is not in Kafka / not applied
@@ -33,14 +43,29 @@
 #   disorder        per wallet, in its partition, after dropping repeats: seq decreasing
 #   applied twice   payments the ledger applied more than once
 #   balances off    wallets whose balance is not the sum of their payments
-# and the duplicates Kafka holds. Exit 0 only when all five are 0.
+#   unparsable      records without an event_id header or a seq in the payload (the checks
+#                   above cannot judge them: they fail the run, never pass it)
+# and the duplicates Kafka holds. Exit 0 only when all of them are 0 and every scheduled
+# fault executed.
 #
 # CHAOS_EXPECT_LOSS=1 turns the run into a test of the verdict: the relays run with the
 # test-only failpoint WALRELAY_RELAY_FAILPOINT=confirm_before_ack (compiled into test
 # builds only: they confirm positions before Kafka acknowledged them), the schedule kills
-# the streaming relay during broker outages, and the exit is 0 only when loss is reported.
+# the streaming relay during broker outages, and the exit is 0 only when the loss is what
+# the failpoint predicts: at each kill during an outage nothing was acknowledged since the
+# outage began, and the relay had confirmed what it had read up to its last status update
+# (every 200 ms), so the events in flight at those kills (read from its /metrics just
+# before each kill) are lost, less those of the transaction being read (a position is
+# confirmed at a transaction's end) and those read in the last 200 ms: the writers commit
+# transactions of 1-10 payments in this mode, so at most 10 + RATE / 5 per kill. The run
+# requires that those kills together had at least CHAOS_MIN_IN_FLIGHT events in flight
+# (default 1,000: the premise that there was something to lose), and a loss of at least
+# CHAOS_LOSS_SHARE (default 0.9) of what they had in flight beyond that tail, and at most
+# every event in flight at any of its kills plus two seconds of writes (read between the
+# metrics and the kill): a loss of another size means the verdict counts something else
+# than the failpoint's loss.
 #
-# Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, the counts above,
+# Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, CHAOS_RATE, the counts above,
 # CHAOS_WORK (default /tmp/walrelay-chaos), BUILD_ROOT (default build; uses
 # $BUILD_ROOT/main, built when missing), KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -66,10 +91,15 @@ LOST_SLOT=${CHAOS_LOST_SLOT:-1}
 LEDGER_KILLS=${CHAOS_LEDGER_KILLS:-4}
 WORK=${CHAOS_WORK:-/tmp/walrelay-chaos}
 BUILD=${BUILD_ROOT:-build}/main
+RATE=${CHAOS_RATE:-200}
+MIN_IN_FLIGHT=${CHAOS_MIN_IN_FLIGHT:-1000}
+LOSS_SHARE=${CHAOS_LOSS_SHARE:-0.9}
+SMALL_TX=0
 if [[ $EXPECT_LOSS == 1 ]]; then
   RELAY_KILLS=${CHAOS_RELAY_KILLS:-3}; BROKER_OUTAGES=3; PG_CRASHES=0; LOST_SLOT=0
-  LEDGER_KILLS=0; EVENTS=${CHAOS_EVENTS:-20000}
+  LEDGER_KILLS=0; EVENTS=${CHAOS_EVENTS:-20000}; SMALL_TX=1
 fi
+(( RATE >= 2 )) || { echo "chaos.sh: CHAOS_RATE is at least 2 (payments per second)" >&2; exit 2; }
 
 say() { printf '[chaos %s] %s\n' "$(date +%T)" "$*"; }
 
@@ -135,14 +165,25 @@ for (( i = ${#SCHEDULE[@]} - 1; i > 0; i-- )); do  # Fisher-Yates with the seede
 done
 GAPS=()
 for _ in "${SCHEDULE[@]}"; do GAPS+=("$(( 1 + RANDOM % 4 ))"); done
-# Fault i fires once (i + 1) / (faults + 1) of the events are committed (and after its
-# seeded gap), so faults land on a moving stream whatever the writers' speed; the writers
-# run at most one step ahead of the next fault (the file allowed), so the whole run stays
-# near EVENTS (librdkafka's mock keeps a bounded number of records).
+# Fault i fires its seeded gap after fault i-1 ended, while the writers commit at RATE:
+# every fault lands on a moving stream, whatever the machine's speed.
 # librdkafka's mock keeps about 5 MB per partition and drops older records: enough
-# partitions keep every record (~400 bytes each) for the verdict.
-PARTITIONS=$(( EVENTS * 3 * 400 / 4000000 + 12 ))
-say "seed $SEED: $EVENTS events at least, $PARTITIONS partitions; schedule (fault i after i/(n+1) of the events and its gap in s):"
+# partitions keep every record (~400 bytes each, duplicates included) for the verdict,
+# sized for the larger of EVENTS and what RATE writes over the schedule's expected length.
+EXPECTED_S=0
+for i in "${!SCHEDULE[@]}"; do
+  f=${SCHEDULE[i]}; d=${f#*:}; [[ $d == "$f" ]] && d=0
+  case $f in
+    kill-relay|kill-ledger) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 2 )) ;;
+    crash-postgres) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 8 )) ;;
+    lose-slot) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 40 )) ;;
+    rolling-restart) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 90 )) ;;
+    *) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + d + 10 )) ;;
+  esac
+done
+SIZED=$(( RATE * EXPECTED_S * 3 / 2 )); (( SIZED > EVENTS )) || SIZED=$EVENTS
+PARTITIONS=$(( SIZED * 3 * 400 / 4000000 + 12 ))
+say "seed $SEED: $EVENTS events at least, writers at $RATE payments/s, $PARTITIONS partitions; schedule (~${EXPECTED_S} s; each fault after its gap in s):"
 for i in "${!SCHEDULE[@]}"; do printf '    %2d. +%ss %s\n' "$((i + 1))" "${GAPS[i]}" "${SCHEDULE[i]}"; done
 [[ $EXPECT_LOSS == 1 ]] && say "CHAOS_EXPECT_LOSS=1: relays confirm before Kafka acknowledges (test failpoint); the verdict must report loss"
 
@@ -189,13 +230,15 @@ start_relay() {  # name (a|b)
     --ops-metrics-address "127.0.0.1:$port" >>"$WORK/relay-$1.log" 2>&1 &
   RELAY_PID[$1]=$!
 }
+metric() {  # relay name: prints the value of the unlabelled metric, or nothing
+  local port=$(( METRICS_BASE + $([[ $1 == a ]] && echo 0 || echo 1) ))
+  { curl -s --max-time 1 "http://127.0.0.1:$port/metrics" 2>/dev/null || true; } |
+    awk -v m="$2" '$1 == m && !seen { print $2; seen = 1 }'
+}
 streaming_relay() {  # prints the name of the relay that streams, or nothing
   local n
   for n in a b; do
-    local port=$(( METRICS_BASE + $([[ $n == a ]] && echo 0 || echo 1) ))
-    if curl -s --max-time 1 "http://127.0.0.1:$port/metrics" 2>/dev/null | grep -q '^walrelay_streaming 1'; then
-      echo "$n"; return
-    fi
+    [[ $(metric "$n" walrelay_streaming) == 1 ]] && { echo "$n"; return; }
   done
 }
 wait_streaming() {  # seconds
@@ -212,30 +255,26 @@ start_ledger() {  # name
 
 payments() { q "SELECT count(*) FROM payments" 2>/dev/null || echo "?"; }
 
-# The writers' budget of payments, replaced whole (a reader never sees a half-written file:
-# `echo >file` truncates first, and a writer reading then got an empty budget).
-allow() {
-  echo "$1" >"$WORK/allowed.tmp"
-  mv -f "$WORK/allowed.tmp" "$WORK/allowed"
-}
-
 # A writer: transactions of 1-1000 payments (mostly small), wallets locked in ascending
 # order (no deadlocks), per-wallet seq in commit order; a fifth table-less, one in twenty
-# rolled back. Errors (a crashed server) are retried after a pause.
+# rolled back. Errors (a crashed server) are retried after a pause. Paced by time: it
+# writes RATE / 2 payments per second on average (sleeping when ahead, never catching up
+# more than 5 s of a stall at once), from the start until the stop file appears.
 writer() {  # id
   local w=$1 n r tx
   RANDOM=$(( SEED + w ))
+  local per_s=$(( RATE / 2 )) written=0 start_ms now_ms ahead_ms
+  start_ms=$(( $(date +%s%N) / 1000000 ))
   while [[ ! -f $WORK/stop ]]; do
-    local committed
-    committed=$(payments)
-    local allowed
-    allowed=$(cat "$WORK/allowed")
-    if [[ $committed =~ ^[0-9]+$ && $allowed =~ ^[0-9]+$ ]] && (( committed >= allowed )); then
-      sleep 0.2
-      continue
+    now_ms=$(( $(date +%s%N) / 1000000 ))
+    ahead_ms=$(( written * 1000 / per_s - (now_ms - start_ms) ))
+    if (( ahead_ms > 0 )); then
+      sleep "$(( ahead_ms / 1000 )).$(printf '%03d' $(( ahead_ms % 1000 )))"
+    elif (( ahead_ms < -5000 )); then
+      written=$(( (now_ms - start_ms - 5000) * per_s / 1000 ))
     fi
     r=$(( RANDOM % 100 ))
-    if (( r < 70 )); then n=$(( 1 + RANDOM % 10 )); elif (( r < 95 )); then n=$(( 10 + RANDOM % 90 )); else n=$(( 100 + RANDOM % 901 )); fi
+    if (( r < 70 || SMALL_TX )); then n=$(( 1 + RANDOM % 10 )); elif (( r < 95 )); then n=$(( 10 + RANDOM % 90 )); else n=$(( 100 + RANDOM % 901 )); fi
     local msg_share=20
     [[ -f $WORK/no_messages ]] && msg_share=0
     local end="COMMIT;"
@@ -260,16 +299,15 @@ BEGIN
   END LOOP;
 END \$\$;
 $end"
-    if ! PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -d "$DSN" \
+    if PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -d "$DSN" \
         -c "$tx" >/dev/null 2>>"$WORK/writer-$w.err"; then
+      written=$(( written + n ))
+    else
       sleep 0.5
     fi
   done
 }
 
-NFAULTS=${#SCHEDULE[@]}
-STEP=$(( EVENTS / (NFAULTS + 1) + 1 ))
-allow "$STEP"
 start_relay a
 wait_streaming 60 || { tail -20 "$WORK/relay-a.log" >&2; exit 1; }
 start_relay b
@@ -279,19 +317,76 @@ writer 1 & WRITER_PIDS+=($!)
 writer 2 & WRITER_PIDS+=($!)
 say "running: relays a and b, ledgers 1 and 2, writers 1 and 2 (logs in $WORK)"
 
-restart_dead_relays() {
-  local n
-  for n in a b; do kill -0 "${RELAY_PID[$n]}" 2>/dev/null || start_relay "$n"; done
+# The evidence of each fault, one line each: "<fault> executed <evidence>" or
+# "<fault> FAILED <why>"; the verdict counts them against the schedule.
+executed() { echo "$1 executed ${*:2}" >>"$WORK/faults.log"; say "    $1: ${*:2}"; }
+not_executed() { echo "$1 FAILED ${*:2}" >>"$WORK/faults.log"; say "    FAULT NOT EXECUTED: $1: ${*:2}"; }
+gone() {  # pid: no such process, or a zombie (a killed JVM not yet reaped)
+  local st
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 0
+  [[ -z $st || $st == Z || $st == X ]]
 }
 
-kill_relay() {
+# A relay or ledger that exited although no fault stopped it fails the run (its log tail
+# is printed); it is restarted so that the run still reaches a verdict.
+exited_on_its_own() {  # kind name pid: true (and reported) when the process has exited
+  local code=0
+  kill -0 "$3" 2>/dev/null && return 1
+  wait "$3" 2>/dev/null || code=$?
+  echo "$1 $2 (pid $3) exited on its own with code $code" >>"$WORK/unexpected.log"
+  say "UNEXPECTED: $1 $2 exited on its own (code $code); its log ends:"
+  tail -n 15 "$WORK/$1-$2.log" | sed 's/^/      /'
+}
+check_alive() {
   local n
+  for n in a b; do
+    if exited_on_its_own relay "$n" "${RELAY_PID[$n]}"; then start_relay "$n"; fi
+  done
+  for n in "${!LEDGER_PID[@]}"; do
+    if exited_on_its_own ledger "$n" "${LEDGER_PID[$n]}"; then start_ledger "$n"; fi
+  done
+}
+
+# kill -9 of the streaming relay once it has events in flight (the stream is moving: up to
+# 30 s for the writers' next events), the standby takes over, the killed one restarts as
+# the new standby. Evidence: its events in flight, received and confirmed positions just
+# before the kill, and its pid gone.
+kill_relay() {  # fault name
+  local n fault=${1:-kill-relay} in_flight="" pid
+  wait_streaming 60 || true
   n=$(streaming_relay)
-  if [[ -z $n ]]; then wait_streaming 60 || true; n=$(streaming_relay); fi
-  [[ -n $n ]] || { say "no relay streams: skipped"; return; }
-  kill -9 "${RELAY_PID[$n]}"; wait "${RELAY_PID[$n]}" 2>/dev/null || true
+  [[ -n $n ]] || { not_executed "$fault" "no relay streamed within 60 s"; return; }
+  for _ in $(seq 600); do
+    in_flight=$(metric "$n" walrelay_in_flight_events)
+    [[ $in_flight =~ ^[0-9]+$ ]] && (( in_flight > 0 )) && break
+    sleep 0.05
+  done
+  local received flushed
+  received=$(metric "$n" walrelay_received_lsn)
+  flushed=$(metric "$n" walrelay_flush_lsn)
+  pid=${RELAY_PID[$n]}
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  # The standby takes over before the killed one comes back (a fresh process would
+  # otherwise often win the slot first, and take-overs would go untested).
+  local other=b took="no take-over within 30 s"
+  [[ $n == b ]] && other=a
+  local t0=$(( $(date +%s%N) / 1000000 ))
+  for _ in $(seq 300); do
+    if [[ $(metric "$other" walrelay_streaming) == 1 ]]; then
+      took="relay $other took over in $(( $(date +%s%N) / 1000000 - t0 )) ms"
+      break
+    fi
+    sleep 0.1
+  done
   start_relay "$n"
-  say "kill -9 relay $n; restarted as the standby"
+  if ! [[ $in_flight =~ ^[0-9]+$ ]] || (( in_flight == 0 )); then
+    not_executed "$fault" "relay $n had no events in flight for 30 s (the stream was not moving; in flight: '${in_flight}')"
+  elif ! gone "$pid"; then
+    not_executed "$fault" "relay $n (pid $pid) still runs after kill -9"
+  else
+    executed "$fault" "relay=$n pid=$pid in_flight=$in_flight received_lsn=${received:-?} flush_lsn=${flushed:-?} (killed; $took; restarted as the standby)"
+  fi
 }
 
 # Apache Kafka: whether every partition of the topic has a leader and all three replicas
@@ -301,66 +396,126 @@ full_isr() {
     awk '/partition [0-9]+, leader/ { n++; if ($4 == "-1," || $NF !~ /^[0-9]+,[0-9]+,[0-9]+$/) bad++ }
          END { exit !(n > 0 && bad == 0) }'
 }
-wait_full_isr() { for _ in $(seq 300); do full_isr && return 0; sleep 0.5; done; say "ISR not full after 150 s"; }
-kafka_down() {  # every broker
+wait_full_isr() { for _ in $(seq 300); do full_isr && return 0; sleep 0.5; done; say "ISR not full after 150 s"; return 1; }
+broker_pid() { cat "$WORK/kafka/broker-$1/pid" 2>/dev/null; }
+# The dev broker answers each command on its stdout ("ok" or "error: ..."): send one and
+# print its answer (the answer after those already in its log).
+dev_command() {  # command
+  local before a
+  before=$(grep -cE '^(ok|error:)' "$WORK/devbroker.log" || true)
+  echo "$1" >&7
+  for _ in $(seq 100); do
+    a=$(grep -E '^(ok|error:)' "$WORK/devbroker.log" | sed -n "$(( before + 1 ))p")
+    [[ -n $a ]] && { echo "$a"; return; }
+    sleep 0.05
+  done
+  echo "no answer"
+}
+kafka_down() {  # every broker; prints the evidence ("" when it did not happen)
   if [[ $KAFKA == apache ]]; then
-    local b; for b in 1 2 3; do "${KSH[@]}" kill-broker --dir "$WORK/kafka" "$b"; done
+    local b p gone_pids=()
+    for b in 1 2 3; do
+      p=$(broker_pid "$b")
+      "${KSH[@]}" kill-broker --dir "$WORK/kafka" "$b"
+      [[ -n $p ]] && gone "$p" && gone_pids+=("$b:$p")
+    done
+    (( ${#gone_pids[@]} == 3 )) && echo "broker processes gone (broker:pid ${gone_pids[*]})"
   else
-    echo "down all" >&7
+    local a
+    a=$(dev_command "down all")
+    [[ $a == ok ]] && echo "the dev broker took every broker down (answered ok)"
   fi
 }
 kafka_up() {
   if [[ $KAFKA == apache ]]; then
     local b; for b in 1 2 3; do "${KSH[@]}" start-broker --dir "$WORK/kafka" "$b"; done
   else
-    echo "up all" >&7
+    local a
+    a=$(dev_command "up all")
+    [[ $a == ok ]] || say "dev broker: 'up all' answered '$a'"
   fi
 }
 kill_broker() {  # seconds down
-  local b=$(( 1 + RANDOM % 3 ))
+  local b=$(( 1 + RANDOM % 3 )) p
+  p=$(broker_pid "$b")
   "${KSH[@]}" kill-broker --dir "$WORK/kafka" "$b"
-  say "kill -9 broker $b; restarting it in $1 s"
+  if [[ -n $p ]] && gone "$p"; then
+    executed "kill-broker" "broker $b (pid $p) gone; restarting it in $1 s"
+  else
+    not_executed "kill-broker" "broker $b (pid '${p}') not gone after kill -9"
+  fi
   sleep "$1"
   "${KSH[@]}" start-broker --dir "$WORK/kafka" "$b"
-  wait_full_isr
+  wait_full_isr || not_executed "kill-broker" "broker $b not back in sync after 150 s"
 }
 pause_broker() {  # seconds paused
-  local b=$(( 1 + RANDOM % 3 ))
+  local b=$(( 1 + RANDOM % 3 )) p state
+  p=$(broker_pid "$b")
   "${KSH[@]}" pause-broker --dir "$WORK/kafka" "$b"
-  say "broker $b paused (SIGSTOP) for $1 s"
+  for _ in $(seq 100); do  # the stop reaches every thread of the JVM in a moment
+    state=$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)
+    [[ $state == T ]] && break
+    sleep 0.05
+  done
+  if [[ $state == T ]]; then
+    executed "pause-broker" "broker $b (pid $p) stopped (state T) for $1 s"
+  else
+    not_executed "pause-broker" "broker $b (pid '${p}') in state '${state}' after SIGSTOP"
+  fi
   sleep "$1"
   "${KSH[@]}" resume-broker --dir "$WORK/kafka" "$b"
-  wait_full_isr
+  wait_full_isr || not_executed "pause-broker" "broker $b not back in sync after 150 s"
 }
 rolling_restart() {  # each broker in turn: stopped (SIGTERM), started, back in sync
-  local b
+  local b p restarted=()
   say "rolling restart of brokers 1, 2, 3"
   for b in 1 2 3; do
+    p=$(broker_pid "$b")
     "${KSH[@]}" stop-broker --dir "$WORK/kafka" "$b"
+    [[ -n $p ]] && gone "$p" && restarted+=("$b:$p")
     "${KSH[@]}" start-broker --dir "$WORK/kafka" "$b"
-    wait_full_isr
+    wait_full_isr || { not_executed "rolling-restart" "broker $b not back in sync after 150 s"; return; }
   done
+  if (( ${#restarted[@]} == 3 )); then
+    executed "rolling-restart" "each broker stopped and back in sync (broker:old pid ${restarted[*]})"
+  else
+    not_executed "rolling-restart" "only ${restarted[*]:-none} stopped"
+  fi
 }
 
-outage() {  # seconds [kill the streaming relay in the middle]
-  kafka_down
-  say "all brokers down for $1 s"
-  if [[ ${2:-} == kill ]]; then
-    sleep $(( $1 / 2 )); kill_relay; sleep $(( $1 - $1 / 2 ))
+outage() {  # fault seconds [kill the streaming relay in the middle]
+  local evidence
+  evidence=$(kafka_down)
+  if [[ -n $evidence ]]; then
+    executed "$1" "$evidence; for $2 s"
   else
-    sleep "$1"
+    not_executed "$1" "the brokers did not go down"
+  fi
+  if [[ ${3:-} == kill ]]; then
+    sleep $(( $2 / 2 )); kill_relay "$1/kill-relay"; sleep $(( $2 - $2 / 2 ))
+  else
+    sleep "$2"
   fi
   kafka_up
 }
 
+postmaster_pid() { head -1 "$WORK/pg/data/postmaster.pid" 2>/dev/null; }
 crash_postgres() {
-  say "PostgreSQL: pg_ctl stop -m immediate, then start"
-  local bindir=${WALRELAY_PG_BINDIR:-/usr/lib/postgresql/15/bin} user=""
+  local bindir=${WALRELAY_PG_BINDIR:-/usr/lib/postgresql/15/bin} user="" before after
+  before=$(postmaster_pid)
   [[ $(id -u) == 0 ]] && user=$(stat -c %U "$WORK/pg/data")
   if [[ -n $user ]]; then runuser -u "$user" -- "$bindir/pg_ctl" -D "$WORK/pg/data" -m immediate -w stop >/dev/null
   else "$bindir/pg_ctl" -D "$WORK/pg/data" -m immediate -w stop >/dev/null; fi
+  local stopped=no
+  [[ -n $before ]] && gone "$before" && stopped=yes
   sleep 2
   pg_start
+  after=$(postmaster_pid)
+  if [[ $stopped == yes && -n $after && $after != "$before" ]]; then
+    executed "crash-postgres" "pg_ctl stop -m immediate: postmaster $before gone, $after started"
+  else
+    not_executed "crash-postgres" "postmaster before '$before' (gone: $stopped), after '$after'"
+  fi
 }
 
 lose_slot() {
@@ -388,19 +543,25 @@ lose_slot() {
   done
   q "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null
   q "SELECT pg_reload_conf()" >/dev/null
-  say "slot walrelay is '$status'; starting the relays (the first recovers it)"
   start_relay a
   start_relay b
-  wait_streaming 300 || say "no relay streams after the lost slot (see the relay logs)"
+  if [[ $status == lost ]]; then
+    executed "lose-slot" "wal_status = lost; relays restarted (the first recovers it)"
+  else
+    not_executed "lose-slot" "wal_status = '$status' after 30 rounds of WAL (not lost)"
+  fi
+  wait_streaming 300 || not_executed "lose-slot" "no relay streams 300 s after the lost slot (see the relay logs)"
   rm -f "$WORK/no_messages"
 }
 
 kill_ledger() {
-  local n=$(( 1 + RANDOM % 2 ))
-  kill -9 "${LEDGER_PID[$n]}" 2>/dev/null || say "ledger $n had exited (see $WORK/ledger-$n.log)"
-  wait "${LEDGER_PID[$n]}" 2>/dev/null || true
+  local n=$(( 1 + RANDOM % 2 )) pid
+  pid=${LEDGER_PID[$n]}
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
   start_ledger "$n"
-  say "kill -9 ledger $n; restarted"
+  if gone "$pid"; then executed "kill-ledger" "ledger $n (pid $pid) gone; restarted"
+  else not_executed "kill-ledger" "ledger $n (pid $pid) still runs after kill -9"; fi
 }
 
 # --- the run -----------------------------------------------------------------------------
@@ -409,19 +570,20 @@ wait_committed() {  # until at least $1 payments are committed
   while :; do
     c=$(payments)
     [[ $c =~ ^[0-9]+$ ]] && (( c >= $1 )) && return
-    sleep 0.2
+    check_alive
+    sleep 0.5
   done
 }
+: >"$WORK/faults.log"
+: >"$WORK/unexpected.log"
 T0=$(date +%s)
 for i in "${!SCHEDULE[@]}"; do
-  due=$(( EVENTS * (i + 1) / (NFAULTS + 1) ))
-  allow $(( due + STEP ))
-  wait_committed "$due"
   sleep "${GAPS[i]}"
+  say "$((i + 1)). ${SCHEDULE[i]} ($(payments) payments committed)"
   case ${SCHEDULE[i]} in
     kill-relay) kill_relay ;;
-    outage:*) outage "${SCHEDULE[i]#outage:}" ;;
-    outage-kill:*) outage "${SCHEDULE[i]#outage-kill:}" kill ;;
+    outage:*) outage outage "${SCHEDULE[i]#outage:}" ;;
+    outage-kill:*) outage outage-kill "${SCHEDULE[i]#outage-kill:}" kill ;;
     crash-postgres) crash_postgres ;;
     lose-slot) lose_slot ;;
     kill-ledger) kill_ledger ;;
@@ -429,11 +591,9 @@ for i in "${!SCHEDULE[@]}"; do
     pause-broker:*) pause_broker "${SCHEDULE[i]#pause-broker:}" ;;
     rolling-restart) rolling_restart ;;
   esac
-  restart_dead_relays
-  say "    $(payments) payments committed so far"
+  check_alive
 done
-allow "$EVENTS"
-say "schedule done; writing until $EVENTS payments are committed"
+say "schedule done ($(payments) payments committed); writing until $EVENTS payments are committed"
 wait_committed "$EVENTS"
 touch "$WORK/stop"
 wait "${WRITER_PIDS[@]}" 2>/dev/null || true
@@ -445,7 +605,7 @@ say "$TOTAL payments committed; draining"
 END_LSN=$(q "SELECT pg_current_wal_lsn()")
 for _ in $(seq 1200); do
   [[ $(q "SELECT coalesce((SELECT confirmed_flush_lsn >= '$END_LSN' FROM pg_replication_slots WHERE slot_name = 'walrelay'), false)") == t ]] && break
-  restart_dead_relays
+  check_alive
   sleep 0.5
 done
 last=-1; still=0; STALL_S=60
@@ -460,7 +620,8 @@ for _ in $(seq 600); do
 done
 
 # --- the verdict -------------------------------------------------------------------------
-kcat -C -b "$BOOT" -t outbox.payment -o beginning -e -q -f '%p\t%o\t%k\t%h\t%s\n' >"$WORK/records.tsv" 2>"$WORK/kcat.err"
+kcat_rc=0
+kcat -C -b "$BOOT" -t outbox.payment -o beginning -e -q -f '%p\t%o\t%k\t%h\t%s\n' >"$WORK/records.tsv" 2>"$WORK/kcat.err" || kcat_rc=$?
 awk -F'\t' '{
   eid = ""; n = split($4, hs, ",");
   for (i = 1; i <= n; i++) if (hs[i] ~ /^event_id=/) eid = substr(hs[i], 10);
@@ -470,8 +631,11 @@ awk -F'\t' '{
 q "CREATE TABLE kafka_records (part int, off bigint, key text, event_id text, seq bigint)"
 PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -d "$DSN" \
   -c "\\copy kafka_records FROM '$WORK/records.clean' WITH (FORMAT text, NULL '')"
+# Records without an event id or a seq cannot be judged: counted apart, and they fail the
+# run (the checks below would otherwise pass over them).
 VERDICT=$(q "
-  WITH first AS (SELECT DISTINCT ON (event_id) * FROM kafka_records ORDER BY event_id, part, off),
+  WITH parsed AS (SELECT * FROM kafka_records WHERE event_id IS NOT NULL AND seq IS NOT NULL),
+  first AS (SELECT DISTINCT ON (event_id) * FROM parsed ORDER BY event_id, part, off),
   kafka_lost AS (SELECT count(*) n FROM payments p WHERE NOT EXISTS (SELECT 1 FROM first f WHERE f.event_id = p.event_id::text)),
   phantom AS (SELECT count(*) n FROM first f WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.event_id::text = f.event_id)),
   disorder AS (SELECT count(*) n FROM (SELECT seq < lag(seq) OVER (PARTITION BY part, key ORDER BY off) bad FROM first) x WHERE bad),
@@ -481,29 +645,77 @@ VERDICT=$(q "
               FULL JOIN wallet w ON w.id = p.wallet WHERE w.balance IS DISTINCT FROM p.s),
   ledger_disorder AS (SELECT count(*) n FROM (SELECT seq < lag(seq) OVER (PARTITION BY wallet ORDER BY applied_order) bad FROM wallet_credit) x WHERE bad)
   SELECT (SELECT count(*) FROM payments), (SELECT count(*) FROM payments WHERE tableless),
-         kafka_lost.n, phantom.n, disorder.n, (SELECT count(*) FROM kafka_records) - (SELECT count(*) FROM first),
-         ledger_lost.n, twice.n, balance.n, ledger_disorder.n
+         kafka_lost.n, phantom.n, disorder.n, (SELECT count(*) FROM parsed) - (SELECT count(*) FROM first),
+         ledger_lost.n, twice.n, balance.n, ledger_disorder.n,
+         (SELECT count(*) FROM kafka_records) - (SELECT count(*) FROM parsed), (SELECT count(*) FROM kafka_records)
   FROM kafka_lost, phantom, disorder, ledger_lost, twice, balance, ledger_disorder" | tr '|' ' ')
-read -r TOTAL TABLELESS KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER <<<"$VERDICT"
+read -r TOTAL TABLELESS KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS <<<"$VERDICT"
 RECOVERED=$(cat "$WORK"/relay-*.log | grep -c "recovery of slot walrelay done" || true)
-TAKEOVERS=$(cat "$WORK"/relay-*.log | grep -c "took over slot" || true)
+TAKEOVERS=$(grep -c "took over in" "$WORK/faults.log" || true)
 ELAPSED=$(( $(date +%s) - T0 ))
+
+# Faults: each scheduled kind against what executed with its evidence (faults.log).
+declare -A SCHEDULED=() EXECUTED=()
+for f in "${SCHEDULE[@]}"; do k=${f%%:*}; SCHEDULED[$k]=$(( ${SCHEDULED[$k]:-0} + 1 )); done
+[[ $EXPECT_LOSS == 1 ]] && SCHEDULED[outage-kill/kill-relay]=${SCHEDULED[outage-kill]:-0}
+while read -r k word _; do
+  [[ $word == executed ]] && EXECUTED[$k]=$(( ${EXECUTED[$k]:-0} + 1 ))
+done <"$WORK/faults.log"
+FAULTS_LINE="" FAULTS_OK=1
+for k in $(printf '%s\n' "${!SCHEDULED[@]}" | sort); do
+  FAULTS_LINE+=" $k ${EXECUTED[$k]:-0}/${SCHEDULED[$k]},"
+  (( ${EXECUTED[$k]:-0} == SCHEDULED[$k] )) || FAULTS_OK=0
+done
+NOT_EXECUTED=$(grep -c ' FAILED ' "$WORK/faults.log" || true)
+UNEXPECTED=$(grep -c . "$WORK/unexpected.log" || true)
+
 echo
-echo "chaos verdict (seed $SEED, Kafka: $KAFKA, ${ELAPSED} s, writing $(( WRITE_END - T0 )) s):"
-echo "  $TOTAL payments committed ($TABLELESS table-less); faults: ${#SCHEDULE[@]} scheduled ($RELAY_KILLS relay kills, $BROKER_OUTAGES broker outages, $PG_CRASHES PostgreSQL crashes, $LOST_SLOT lost slots, $LEDGER_KILLS ledger kills, $BROKER_KILLS broker kills, $BROKER_PAUSES broker pauses, $ROLLING_RESTARTS rolling restarts); $TAKEOVERS standby take-overs, $RECOVERED slot recoveries"
-echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates"
+echo "chaos verdict (seed $SEED, Kafka: $KAFKA, ${ELAPSED} s, writing $(( WRITE_END - T0 )) s at $RATE payments/s):"
+echo "  $TOTAL payments committed ($TABLELESS table-less), $RECORDS records in Kafka; $TAKEOVERS standby take-overs, $RECOVERED slot recoveries"
+echo "  faults executed/scheduled (evidence in $WORK/faults.log):${FAULTS_LINE%,}; $NOT_EXECUTED not executed; $UNEXPECTED unexpected exits of a relay or ledger"
+echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates, $UNPARSABLE unparsable records"
 echo "  ledger: $LLOST lost, $TWICE applied twice, $BALANCE wallet balances off, $LDISORDER applied out of order"
 FAILED=0
-for v in "$KLOST" "$PHANTOM" "$DISORDER" "$LLOST" "$TWICE" "$BALANCE" "$LDISORDER"; do [[ $v == 0 ]] || FAILED=1; done
+WHY=()
+int() { [[ $1 =~ ^[0-9]+$ ]]; }
+for v in TOTAL KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS; do
+  int "${!v}" || { FAILED=1; WHY+=("the verdict query gave no number for $v ('${!v}')"); }
+done
+(( kcat_rc == 0 )) || { FAILED=1; WHY+=("kcat failed ($kcat_rc): $(tail -c 300 "$WORK/kcat.err")"); }
+if (( FAILED == 0 )); then
+  (( TOTAL > 0 && RECORDS > 0 )) || { FAILED=1; WHY+=("nothing was committed or published"); }
+  (( UNPARSABLE == 0 )) || { FAILED=1; WHY+=("$UNPARSABLE records without an event_id or a seq"); }
+fi
+(( FAULTS_OK == 1 && NOT_EXECUTED == 0 )) || { FAILED=1; WHY+=("not every scheduled fault executed"); }
+(( UNEXPECTED == 0 )) || { FAILED=1; WHY+=("a relay or ledger exited on its own: $(tr '\n' ';' <"$WORK/unexpected.log")"); }
+
 if [[ $EXPECT_LOSS == 1 ]]; then
-  if [[ $KLOST != 0 ]]; then
-    echo "  EXPECTED: with confirm_before_ack the run reports loss ($KLOST events): the verdict can fail"
+  # What the failpoint predicts (see the header): the events in flight at the kills during
+  # the outages, less those read in the last status interval before each kill.
+  read -r IN_FLIGHT_OUTAGES IN_FLIGHT_ALL BEYOND_TAIL < <(awk -v tail=$(( 10 + RATE / 5 )) '$2 == "executed" {
+      for (i = 3; i <= NF; i++) if ($i ~ /^in_flight=/) {
+        n = substr($i, 11); all += n
+        if ($1 ~ /^outage-kill/) { out += n; if (n > tail) beyond += n - tail }
+      }
+    } END { print out + 0, all + 0, beyond + 0 }' "$WORK/faults.log")
+  LOW=$(awk -v n="$BEYOND_TAIL" -v s="$LOSS_SHARE" 'BEGIN { printf "%d", n * s }')
+  HIGH=$(( IN_FLIGHT_ALL + 2 * RATE ))
+  echo "  failpoint: $IN_FLIGHT_OUTAGES events in flight at the kills during outages ($IN_FLIGHT_ALL at all kills); predicted loss $LOW..$HIGH (at least $LOSS_SHARE of the $BEYOND_TAIL beyond each kill's unconfirmed tail; at most all in flight plus 2 s of writes)"
+  (( IN_FLIGHT_OUTAGES >= MIN_IN_FLIGHT )) ||
+    { FAILED=1; WHY+=("premise: only $IN_FLIGHT_OUTAGES events in flight at the outage kills (at least $MIN_IN_FLIGHT needed): nothing to lose, the run proves nothing"); }
+  if (( FAILED == 0 )) && int "$KLOST" && (( KLOST >= LOW && KLOST <= HIGH )); then
+    echo "  EXPECTED: with confirm_before_ack the run reports the predicted loss ($KLOST events): the verdict can fail"
     exit 0
   fi
-  echo "  UNEXPECTED: confirm_before_ack was armed and no loss was reported: the chaos run cannot see loss"
+  (( FAILED == 1 )) || WHY+=("loss $KLOST is not the predicted $LOW..$HIGH: the verdict counts something else than the failpoint's loss")
+  printf '  UNEXPECTED: %s\n' "${WHY[@]}"
+  echo "  FAIL (logs kept in $WORK)"
+  KEEP=1
   exit 1
 fi
+for v in "$KLOST" "$PHANTOM" "$DISORDER" "$LLOST" "$TWICE" "$BALANCE" "$LDISORDER"; do [[ $v == 0 ]] || FAILED=1; done
 if [[ $FAILED == 0 ]]; then echo "  PASS"; exit 0; fi
+(( ${#WHY[@]} == 0 )) || printf '  %s\n' "${WHY[@]}"
 echo "  FAIL (logs kept in $WORK: rerun with CHAOS_SEED=$SEED to replay the schedule)"
 KEEP=1
 exit 1
