@@ -29,11 +29,17 @@
 # committed that never reached S). synced must have 0 phantoms; unsynced reports its count.
 # Every mode must also stream from S again (its slot there active) within RESUME_LIMIT
 # seconds of the promotion: walrelay notices the switch in bounded time.
+# Premises, checked before the verdict: the new primary holds at least MIN_COMMITTED rows
+# and the primary committed at least MIN_FREEZE_ROWS while the standby was frozen (the rows
+# that can become phantoms); synced's "0 phantoms" counts only beside its control: a run
+# with synced must also run unsynced, and unsynced must report phantoms > 0 (the freeze
+# window had writes that the relay published and the new primary never had).
 # Exit 1 when a verdict fails.
 #   scripts/pg-failover-check.sh 18               both failover modes on PostgreSQL 18
 #   scripts/pg-failover-check.sh 17 conflict      the standby slot conflict on 17
 # Needs the main build (BUILD_ROOT, default build: walrelay, walrelay-devbroker, e2e_probe).
-# Env: PHASE_SECONDS (5), FREEZE (3), RESUME_LIMIT (30), WORK (/tmp/walrelay-failover).
+# Env: PHASE_SECONDS (5), FREEZE (3), RESUME_LIMIT (30), MIN_COMMITTED (500),
+# MIN_FREEZE_ROWS (50), WORK (/tmp/walrelay-failover).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,6 +50,8 @@ PROBE=$ROOT/$BUILD_ROOT/main/bench/e2e/e2e_probe
 PHASE_SECONDS=${PHASE_SECONDS:-5}
 FREEZE=${FREEZE:-3}
 RESUME_LIMIT=${RESUME_LIMIT:-30}
+MIN_COMMITTED=${MIN_COMMITTED:-500}
+MIN_FREEZE_ROWS=${MIN_FREEZE_ROWS:-50}
 WORK_BASE=${WORK:-/tmp/walrelay-failover}
 [[ $# -ge 1 ]] || { sed -n '2,/^# Env:/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 MAJOR=$1
@@ -51,6 +59,10 @@ shift
 MODES=("$@")
 if [[ ${#MODES[@]} -eq 0 ]]; then
   if ((MAJOR >= 17)); then MODES=(synced unsynced); else MODES=(recovery); fi
+fi
+if [[ " ${MODES[*]} " == *" synced "* && " ${MODES[*]} " != *" unsynced "* ]]; then
+  echo "pg-failover-check.sh: synced asserts 0 phantoms only beside its control: run unsynced in the same run (e.g. $MAJOR synced unsynced)" >&2
+  exit 2
 fi
 for m in "${MODES[@]}"; do
   case $m in
@@ -218,7 +230,9 @@ print(s["failover"], s["synced"], s["temporary"])')
   local standby_pids primary_pids
   read -r -a standby_pids <<<"$(server_pids "$WORK/s")"
   read -r -a primary_pids <<<"$(server_pids "$WORK/p")"
-  log "$mode: freezing the standby for $FREEZE s while the writer commits on the primary"
+  local before_freeze at_kill
+  before_freeze=$(q "$pp" "SELECT count(*) FROM outbox")
+  log "$mode: freezing the standby for $FREEZE s while the writer commits on the primary ($before_freeze rows so far)"
   kill -STOP "${standby_pids[@]}"
   # Cut the stream too: WAL already sent sits in the frozen standby's socket buffer and
   # would still arrive after the thaw; what is written from now on does not.
@@ -226,7 +240,8 @@ print(s["failover"], s["synced"], s["temporary"])')
   sleep "$FREEZE"
   local p_lsn
   p_lsn=$(q "$pp" "SELECT pg_current_wal_lsn()")
-  log "$mode: killing every process of the primary (at $p_lsn), thawing and promoting the standby"
+  at_kill=$(q "$pp" "SELECT count(*) FROM outbox")
+  log "$mode: killing every process of the primary (at $p_lsn, $at_kill rows: $((at_kill - before_freeze)) committed during the freeze), thawing and promoting the standby"
   kill -9 "${primary_pids[@]}" 2>/dev/null || true
   kill -CONT "${standby_pids[@]}"
   as_pg "$BINDIR/pg_ctl" -D "$WORK/s/data" -w -t 60 promote >/dev/null
@@ -263,10 +278,13 @@ print(s["failover"], s["synced"], s["temporary"])')
   "$PROBE" read --bootstrap "$boot" --topic outbox.payment --count 1000000000 --timeout 5 \
     --id-header event_id --records "$WORK/records" >"$WORK/read" 2>&1 || true
   log "$mode: the new primary holds $committed events; walrelay: $(grep -c "connect\|reconnect\|retry" "$WORK/walrelay.log") lines about (re)connecting"
-  python3 - "$mode" "$WORK/committed" "$WORK/records" "$resumed_ms" "$RESUME_LIMIT" <<'PY'
+  python3 - "$mode" "$WORK/committed" "$WORK/records" "$resumed_ms" "$RESUME_LIMIT" \
+    "$MIN_COMMITTED" "$((at_kill - before_freeze))" "$MIN_FREEZE_ROWS" "$WORK_BASE.phantoms" <<'PY'
 import collections, sys
 mode, committed_path, records_path = sys.argv[1:4]
 resumed_ms, limit_s = int(sys.argv[4]), float(sys.argv[5])
+min_committed, freeze_rows, min_freeze_rows = map(int, sys.argv[6:9])
+phantoms_file = sys.argv[9]
 agg_of = {}
 order = []
 for line in open(committed_path):
@@ -285,7 +303,18 @@ for p in sorted({p for p, _, _ in records}):
             applied[agg_of[s]].append(s)
 reordered = [a for a, seqs in applied.items() if any(x >= y for x, y in zip(seqs, seqs[1:]))]
 resumed = 0 <= resumed_ms <= limit_s * 1000
-ok = not missing and not reordered and (mode != "synced" or not phantoms) and resumed
+premises = {
+    f"the new primary holds >= {min_committed} rows ({len(agg_of)})": len(agg_of) >= min_committed,
+    f"the primary committed >= {min_freeze_rows} rows during the freeze ({freeze_rows})":
+        freeze_rows >= min_freeze_rows,
+    f"the relay published records ({len(records)})": len(records) > 0,
+}
+for name, held in premises.items():
+    print(f"  premise {'ok  ' if held else 'FAIL'} {name}")
+with open(phantoms_file, "a") as f:
+    f.write(f"{mode} {len(phantoms)}\n")
+ok = (all(premises.values()) and not missing and not reordered
+      and (mode != "synced" or not phantoms) and resumed)
 print(f"failover {mode}: {len(agg_of)} events on the new primary, {len(records)} records; "
       f"missing {len(missing)}, phantoms (published, never on the new primary) {len(phantoms)}, "
       f"duplicates {dups}, aggregates out of order {len(reordered)}, streaming from the new "
@@ -372,7 +401,19 @@ PY
 }
 
 status=0
+rm -f "$WORK_BASE.phantoms"
 for m in "${MODES[@]}"; do
   if [[ $m == conflict ]]; then run_conflict || status=1; else run_mode "$m" || status=1; fi
 done
+# synced's 0 phantoms means something only if its control, unsynced, saw phantoms: the
+# freeze window then had writes the relay published before the new primary had them.
+if [[ " ${MODES[*]} " == *" synced "* ]]; then
+  control=$(sed -n 's/^unsynced //p' "$WORK_BASE.phantoms" 2>/dev/null | tail -n 1)
+  if [[ ${control:-0} -gt 0 ]]; then
+    log "control: unsynced published $control phantoms in this run; synced's 0 is a finding"
+  else
+    log "control FAILED: unsynced published ${control:-no} phantoms in this run, so synced's 0 phantoms proves nothing (was the freeze window written to?)"
+    status=1
+  fi
+fi
 exit "$status"
