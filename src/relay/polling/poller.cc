@@ -5,7 +5,6 @@
 #include <charconv>
 #include <chrono>
 #include <map>
-#include <optional>
 #include <set>
 
 #include "base/sql.h"
@@ -196,7 +195,6 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     int64_t id = 0;
     std::string error;  // kFailed: why
     Clock::time_point produced_at;
-    std::optional<std::string> aggregate;  // produced rows: its aggregate id
   };
   std::vector<Row> batch(n);
   uint64_t pending = 0;
@@ -253,7 +251,9 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied) {
       row.state = State::kFailed;
       row.error = st.message();
-      if (row.aggregate) failed_aggregates.emplace(*row.aggregate);
+      if (const OutboxRow refused = mapped_row(static_cast<int>(cookie)); refused.aggregate_id) {
+        failed_aggregates.emplace(*refused.aggregate_id);
+      }
       return;
     }
     failure = st.WithContext("poll: delivery failed");
@@ -297,7 +297,8 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
   // Per aggregate, the topic of its latest row produced in this poll: a row of the same
   // aggregate for another topic waits until the earlier one is acknowledged or refused (no
   // partition orders records of two topics), and is held back if it was refused.
-  std::map<std::string, std::string, std::less<>> produced_topic;
+  // (Keys view the rows' result, alive for the whole poll.)
+  std::map<std::string_view, std::string, std::less<>> produced_topic;
   for (int i = 0; i < n; ++i) {
     if (!ParseNumber(std::string_view(PQgetvalue(rows.get(), i, kId)), &batch[i].id)) {
       return InvalidArgumentError("poll mode: the id column " + config_.columns.id + " of " +
@@ -336,8 +337,11 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
         batch[i].state = State::kHeld;
         continue;
       }
-      produced_topic.insert_or_assign(std::string(*row.aggregate_id), std::string(event.topic));
-      batch[i].aggregate = std::string(*row.aggregate_id);
+      if (earlier == produced_topic.end()) {
+        produced_topic.emplace(*row.aggregate_id, event.topic);
+      } else if (earlier->second != event.topic) {
+        earlier->second = event.topic;
+      }
     }
     SourcePosition position;
     position.xid = 0;
