@@ -145,8 +145,8 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
       mapped = mapper.MapRow(l.source, fields, &event);
     }
     if (mapped.ok()) {
-      if (Status topic = sink->CheckTopic(event.topic); topic.code() == StatusCode::kNotFound ||
-                                                        topic.code() == StatusCode::kPermissionDenied) {
+      Status topic = sink->CheckTopic(event.topic, std::chrono::seconds(5));
+      if (topic.code() == StatusCode::kNotFound || topic.code() == StatusCode::kPermissionDenied) {
         mapped = InvalidArgumentError(topic.message());
       }
     }

@@ -197,7 +197,7 @@ Status Pipeline::CheckTopic(std::string_view topic, std::string* dead_letter_rea
                                                  Clock::now() >= it->second.recheck);
   if (due) {
     const auto now = Clock::now();
-    Status st = sink_.CheckTopic(topic);
+    Status st = sink_.CheckTopic(topic, std::chrono::seconds(5));
     TopicCheck check;
     if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied) {
       check.status = std::move(st);

@@ -64,8 +64,11 @@ class RecordSink {
   // OK, or the sticky fatal error that ends the session.
   virtual Status Fatal() const = 0;
   // Whether `topic` can take records: kNotFound / kPermissionDenied are the topic's own
-  // fault (see TopicErrors); anything else means "produce and see".
-  virtual Status CheckTopic(std::string_view /*topic*/) { return Status::Ok(); }
+  // fault (see TopicErrors); anything else means "produce and see". Blocks up to
+  // `timeout` for the cluster's answer (brokers down: all of it).
+  virtual Status CheckTopic(std::string_view /*topic*/, std::chrono::milliseconds /*timeout*/) {
+    return Status::Ok();
+  }
   // Purges what is queued and in flight and refuses new records, as a failed report
   // does (kafka::Producer::StopAfter); callable from the delivery handler.
   virtual void StopProducing(const Status& /*why*/) {}
@@ -105,8 +108,8 @@ class KafkaSink : public RecordSink {
   int Poll(std::chrono::milliseconds timeout) override { return producer_->Poll(timeout); }
   Status Flush(std::chrono::milliseconds timeout) override { return producer_->Flush(timeout); }
   Status Fatal() const override { return producer_->fatal(); }
-  Status CheckTopic(std::string_view topic) override {
-    return producer_->CheckTopic(topic, std::chrono::seconds(5));
+  Status CheckTopic(std::string_view topic, std::chrono::milliseconds timeout) override {
+    return producer_->CheckTopic(topic, timeout);
   }
   int WakeFd() const override { return producer_->wake_fd(); }
   void StopProducing(const Status& why) override { producer_->StopAfter(why); }

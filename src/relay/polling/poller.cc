@@ -290,7 +290,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
     if (auto ok = topics_ok_.find(topic); ok != topics_ok_.end() && ok->second > now) {
       return Status::Ok();
     }
-    Status st = sink_.CheckTopic(topic);
+    Status st = sink_.CheckTopic(topic, std::chrono::seconds(5));
     if (st.ok()) topics_ok_[std::string(topic)] = now + std::chrono::seconds(30);
     return st;
   };

@@ -296,6 +296,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
       });
   // The topic check before a topic's first record (once per topic and run): a missing or
   // unwritable topic is known at once instead of after a produce's metadata wait.
+  // (Kept short below: RelayProcessTest.RecoveryPetsTheWatchdogWhileBrokersAreDown.)
   std::map<std::string, Status, std::less<>> topic_checks;
 
   // The count, under the same snapshot: what the log promises and the progress lines
@@ -397,7 +398,9 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         }
         auto check = topic_checks.find(event.topic);
         if (check == topic_checks.end()) {
-          Status st = sink.CheckTopic(event.topic);
+          // A second at most: the loop stands still meanwhile (no watchdog pet), and brokers
+          // that are down make a check wait its whole timeout; then the reports decide.
+          Status st = sink.CheckTopic(event.topic, std::chrono::seconds(1));
           if (st.code() != StatusCode::kNotFound && st.code() != StatusCode::kPermissionDenied) {
             st = Status::Ok();  // usable, or the cluster cannot tell now: the reports decide
           }
