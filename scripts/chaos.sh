@@ -60,7 +60,9 @@
 # transactions of 1-10 payments in this mode, so at most 10 + RATE / 5 per kill. The run
 # requires that those kills together had at least CHAOS_MIN_IN_FLIGHT events in flight
 # (default 1,000: the premise that there was something to lose), and a loss of at least
-# CHAOS_LOSS_SHARE (default 0.9) of what they had in flight beyond that tail, and at most
+# CHAOS_LOSS_SHARE (default 0.5) of what they had in flight beyond that tail (measured:
+# 0.91-1.0 of it; status updates come later than every 200 ms on a loaded machine, so the
+# unconfirmed tail can be longer), and at most
 # every event in flight at any of its kills plus two seconds of writes (read between the
 # metrics and the kill): a loss of another size means the verdict counts something else
 # than the failpoint's loss.
@@ -93,7 +95,7 @@ WORK=${CHAOS_WORK:-/tmp/walrelay-chaos}
 BUILD=${BUILD_ROOT:-build}/main
 RATE=${CHAOS_RATE:-200}
 MIN_IN_FLIGHT=${CHAOS_MIN_IN_FLIGHT:-1000}
-LOSS_SHARE=${CHAOS_LOSS_SHARE:-0.9}
+LOSS_SHARE=${CHAOS_LOSS_SHARE:-0.5}
 SMALL_TX=0
 if [[ $EXPECT_LOSS == 1 ]]; then
   RELAY_KILLS=${CHAOS_RELAY_KILLS:-3}; BROKER_OUTAGES=3; PG_CRASHES=0; LOST_SLOT=0
