@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev                  # /metrics, /healthz, /readyz server (walrelay::metrics)
   procps curl python3
+  file                                # cpack's DEB generator (shlibdeps) in scripts/package-check.sh
   openssl                             # throwaway CA and certificates of the TLS test
   prometheus                          # promtool checks docker/alerts.yml in scripts/test.sh
   openjdk-17-jre-headless maven       # Apache Kafka from Maven Central (scripts/kafka.sh)
