@@ -256,7 +256,7 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
     l.recovered = true;
     l.commit_lsn = consistent_point;
     SetRecordFields(record, config.header_names, &l);
-    l.reason = std::move(reason);
+    l.reason = reason;  // a view: alive through the Write
     Status written = dead_letters.Write(l);
     if (!written.ok()) {
       failure = written;
@@ -320,6 +320,24 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
   OutboxEvent event;
   RecordBuilder record(config);
   uint32_t ordinal = 0;
+  // A row dead-lettered before (or instead of) producing its record: `event` as mapped,
+  // under the row's ordinal (recovered, at the consistent point); done in the acked prefix.
+  auto dead_letter_row = [&](const std::string& table, uint32_t row_ordinal,
+                             std::string_view payload, std::string reason) -> Status {
+    DeadLetter l;
+    l.source = table;
+    l.recovered = true;
+    l.commit_lsn = consistent_point;
+    l.ordinal = row_ordinal;
+    SetEventFields(event, &l);
+    l.payload = payload;  // views: alive through the Write
+    l.reason = reason;
+    WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
+    stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+    ++result.dead_lettered;
+    mark_done(uint64_t{row_ordinal} + 1);  // cookie = ordinal + 1
+    return Status::Ok();
+  };
   const Clock::time_point started = Clock::now();
   Clock::time_point last_report = started;
   uint64_t last_report_done = 0;
@@ -372,18 +390,8 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         if (track) window.emplace_back(PQgetvalue(rows.get(), i, 8), false);
         Status mapped = mapper.MapRow(table, row, &event);
         if (!mapped.ok()) {
-          DeadLetter l;
-          l.source = table;
-          l.recovered = true;
-          l.commit_lsn = consistent_point;
-          l.ordinal = ordinal++;
-          SetEventFields(event, &l);
-          l.payload = row.payload.value_or("");
-          l.reason = mapped.message();
-          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
-          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
-          ++result.dead_lettered;
-          mark_done(ordinal);  // l.ordinal + 1
+          WALRELAY_RETURN_IF_ERROR(
+              dead_letter_row(table, ordinal++, row.payload.value_or(""), mapped.message()));
           continue;
         }
         SourcePosition position;
@@ -412,18 +420,9 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
             return TopicRefusal(name, std::string(event.topic), check->second.message(),
                                 selection.topic_errors != nullptr);
           }
-          DeadLetter l;
-          l.source = table;
-          l.recovered = true;
-          l.commit_lsn = consistent_point;
-          l.ordinal = ordinal++;
-          SetEventFields(event, &l);
-          l.payload = event.value;
-          l.reason = TopicDeadLetterReason(check->second.message(), *selection.topic_errors);
-          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
-          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
-          ++result.dead_lettered;
-          mark_done(ordinal);  // l.ordinal + 1
+          WALRELAY_RETURN_IF_ERROR(dead_letter_row(
+              table, ordinal++, event.value,
+              TopicDeadLetterReason(check->second.message(), *selection.topic_errors)));
           continue;
         }
         record.Build(event, position);
@@ -442,18 +441,8 @@ Result<BackfillResult> PublishRows(const RelayConfig& config, PGconn* conn,
         Status produced = sink.Produce(event.topic, event.key, record.value(), record.headers(),
                                        ordinal, /*timestamp_ms=*/0);  // commit time unknown
         if (produced.code() == StatusCode::kInvalidArgument) {  // can never be delivered
-          DeadLetter l;
-          l.source = table;
-          l.recovered = true;
-          l.commit_lsn = consistent_point;
-          l.ordinal = ordinal - 1;
-          SetEventFields(event, &l);
-          l.payload = event.value;
-          l.reason = produced.message();
-          WALRELAY_RETURN_IF_ERROR(dead_letters.Write(l));
-          stats.events_dead_lettered.fetch_add(1, std::memory_order_relaxed);
-          ++result.dead_lettered;
-          mark_done(ordinal);
+          WALRELAY_RETURN_IF_ERROR(
+              dead_letter_row(table, ordinal - 1, event.value, produced.message()));
           continue;
         }
         WALRELAY_RETURN_IF_ERROR(produced);
