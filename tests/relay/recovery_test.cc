@@ -196,6 +196,25 @@ class RecoveryTest : public RelayTest {
     config_.max_in_flight_events = 2000;
   }
 
+  // The relay streams 100 events and records its bound; stopped, 50 more rows, one row of
+  // aggregate `aggregate` for `topic` (event type `type`), 50 more; then the slot is
+  // dropped: the next relay recovers those 101 rows.
+  void DropTheSlotBehindARowFor(const std::string& aggregate, const std::string& topic,
+                                const std::string& type) {
+    StartRelay();
+    WriteEvents(0, 1, 100);
+    ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+    ASSERT_TRUE(WaitBoundCoversOutbox(30s));
+    StopRelay();
+    WriteEvents(100, 1, 50);
+    ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                          "payload) VALUES ('payment', '" + aggregate + "', '" + topic +
+                          "', '" + type + "', '{}')")
+                    .ok());
+    WriteEvents(150, 1, 50);
+    ASSERT_TRUE(DropSlotOnceReleased());
+  }
+
   // `republish --all --create-slot` that fails half-way (its dead-letter write fails at a
   // row the config refuses), leaving the slot it made; then a relay that must recover that
   // slot from the recorded bound, not trust it: one recovery, finished.
@@ -446,17 +465,8 @@ TEST_F(RecoveryTest, SlotMadeAnewAfterALossIsRefusedOrRecoveredNeverTrusted) {
 // slot as if it were complete: all 200 events arrive (the bad row dead-lettered).
 TEST_F(RecoveryTest, SlotOfAFailedRepublishIsRecoveredNotTrusted) {
   config_.allowed_topics = {"outbox.payment"};
-  StartRelay();
-  WriteEvents(0, 1, 100);
-  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
-  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
-  StopRelay();
-  WriteEvents(100, 1, 50);
-  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
-                        "payload) VALUES ('payment', 'p', 'forbidden', 'Poison', '{}')")
-                  .ok());
-  WriteEvents(150, 1, 50);
-  ASSERT_TRUE(DropSlotOnceReleased());
+  DropTheSlotBehindARowFor("p", "forbidden", "Poison");
+  if (HasFatalFailure()) return;
   FailARepublishAtItsDeadLetterWriteThenRecover();
   if (HasFatalFailure()) return;
   EXPECT_EQ(DistinctEventIds(200, 60s).size(), 200u) << "events lost behind the republish's slot";
@@ -507,17 +517,8 @@ TEST_F(RecoveryTest, RowOfAMissingTopicIsRetriedThenDeadLetteredByTheRecovery) {
   config_.kafka_topic_error_timeout = 3s;
   config_.metrics_address = "127.0.0.1:0";
   ASSERT_TRUE(kafka_->MakeTopicMissing("outbox.missing", 1).ok());
-  StartRelay();
-  WriteEvents(0, 1, 100);
-  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
-  ASSERT_TRUE(WaitBoundCoversOutbox(30s));
-  StopRelay();
-  WriteEvents(100, 1, 50);
-  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
-                        "payload) VALUES ('payment', 'm', 'outbox.missing', 'Missing', '{}')")
-                  .ok());
-  WriteEvents(150, 1, 50);
-  ASSERT_TRUE(DropSlotOnceReleased());
+  DropTheSlotBehindARowFor("m", "outbox.missing", "Missing");
+  if (HasFatalFailure()) return;
   relay_ = std::make_unique<Relay>(config_);
   thread_ = std::thread([this] { run_status_ = relay_->Run(); });
   ASSERT_TRUE(testing::WaitFor([&] { return relay_->stats().streaming.load() == 1; }, 60s))
