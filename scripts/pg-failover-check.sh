@@ -20,13 +20,16 @@
 # sync_replication_slots on); `walrelay run` with both servers in its DSN
 # (target_session_attrs = primary) creates its slot on P, into the dev broker; single-row
 # transactions committed (synchronous_commit on) by a writer that reconnects the same way.
-# Then S is frozen (SIGSTOP) and P's walsender to it terminated, for FREEZE seconds while
-# the writer goes on; P is killed (kill -9 of every process of it: a crashed machine), S
+# Then S is frozen (SIGSTOP; in synced and unsynced only its walreceiver, so that its flush
+# position stops while its slot sync goes on) and P's walsender to it terminated, for FREEZE
+# seconds while the writer goes on; P is killed (kill -9 of every process of it: a crashed machine), S
 # thawed and promoted; the writer and the relay carry on against S.
 # Verdict, from an independent consumer (bench/e2e/e2e_probe) against the rows the new
 # primary S holds: every one published (missing must be 0), each aggregate in order, the
 # duplicates counted, and the phantoms: events published that S never had (rows P
-# committed that never reached S). synced must have 0 phantoms; unsynced reports its count.
+# committed that never reached S). synced must have 0 phantoms and must not call its own
+# slot untrusted on S (invariant 11 across the failover: S's copy of the slot is never
+# confirmed past the progress record S holds); unsynced reports both.
 # Every mode must also stream from S again (its slot there active) within RESUME_LIMIT
 # seconds of the promotion: walrelay notices the switch in bounded time.
 # Premises, checked before the verdict: the new primary holds at least MIN_COMMITTED rows
@@ -232,8 +235,19 @@ print(s["failover"], s["synced"], s["temporary"])')
   read -r -a primary_pids <<<"$(server_pids "$WORK/p")"
   local before_freeze at_kill
   before_freeze=$(q "$pp" "SELECT count(*) FROM outbox")
-  log "$mode: freezing the standby for $FREEZE s while the writer commits on the primary ($before_freeze rows so far)"
-  kill -STOP "${standby_pids[@]}"
+  # Failover modes freeze only the standby's walreceiver: its flush position stops while its
+  # slot sync worker goes on copying the primary's slot, the window in which the standby's
+  # slot can be confirmed up to WAL the standby has but whose progress record it has not
+  # (issue 41, item 14). recovery freezes every process of the standby.
+  local frozen=("${standby_pids[@]}") what="the standby"
+  if [[ $mode != recovery ]]; then
+    frozen=("$(q "$sp" "SELECT pid FROM pg_stat_wal_receiver")")
+    what="the standby's walreceiver (pid ${frozen[0]})"
+  fi
+  local records_before
+  records_before=$(q "$pp" "SELECT xmin FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'")
+  log "$mode: freezing $what for $FREEZE s while the writer commits on the primary ($before_freeze rows so far)"
+  kill -STOP "${frozen[@]}"
   # Cut the stream too: WAL already sent sits in the frozen standby's socket buffer and
   # would still arrive after the thaw; what is written from now on does not.
   q "$pp" "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_replication WHERE application_name <> 'walrelay' AND state <> 'startup'" >/dev/null
@@ -241,9 +255,14 @@ print(s["failover"], s["synced"], s["temporary"])')
   local p_lsn
   p_lsn=$(q "$pp" "SELECT pg_current_wal_lsn()")
   at_kill=$(q "$pp" "SELECT count(*) FROM outbox")
+  # Whether the relay recorded progress while the standby received nothing: the progress
+  # row's xmin moved (the record the standby's slot copy may be confirmed past).
+  local records_after recorded_in_freeze=0
+  records_after=$(q "$pp" "SELECT xmin FROM walrelay_progress WHERE slot = 'walrelay' AND source = '*'")
+  [[ $records_after != "$records_before" ]] && recorded_in_freeze=1
   log "$mode: killing every process of the primary (at $p_lsn, $at_kill rows: $((at_kill - before_freeze)) committed during the freeze), thawing and promoting the standby"
   kill -9 "${primary_pids[@]}" 2>/dev/null || true
-  kill -CONT "${standby_pids[@]}"
+  kill -CONT "${frozen[@]}"
   as_pg "$BINDIR/pg_ctl" -D "$WORK/s/data" -w -t 60 promote >/dev/null
   # How long until walrelay streams from the new primary (its slot there active): it must
   # notice the switch in bounded time, not hang on the dead server.
@@ -279,12 +298,17 @@ print(s["failover"], s["synced"], s["temporary"])')
     --id-header event_id --records "$WORK/records" >"$WORK/read" 2>&1 || true
   log "$mode: the new primary holds $committed events; walrelay: $(grep -c "connect\|reconnect\|retry" "$WORK/walrelay.log") lines about (re)connecting"
   python3 - "$mode" "$WORK/committed" "$WORK/records" "$resumed_ms" "$RESUME_LIMIT" \
-    "$MIN_COMMITTED" "$((at_kill - before_freeze))" "$MIN_FREEZE_ROWS" "$WORK_BASE.phantoms" <<'PY'
+    "$MIN_COMMITTED" "$((at_kill - before_freeze))" "$MIN_FREEZE_ROWS" "$WORK_BASE.phantoms" \
+    "$recorded_in_freeze" "$WORK/walrelay.log" <<'PY'
 import collections, sys
 mode, committed_path, records_path = sys.argv[1:4]
 resumed_ms, limit_s = int(sys.argv[4]), float(sys.argv[5])
 min_committed, freeze_rows, min_freeze_rows = map(int, sys.argv[6:9])
 phantoms_file = sys.argv[9]
+recorded_in_freeze, log_path = sys.argv[10] == "1", sys.argv[11]
+# The relay calls its own slot untrusted when the promoted standby's copy is confirmed past
+# the progress record the standby holds (it then recovers: duplicates and a lost-slot alert).
+distrusted = sum("not the slot walrelay streamed" in l for l in open(log_path, errors="replace"))
 agg_of = {}
 order = []
 for line in open(committed_path):
@@ -309,14 +333,18 @@ premises = {
         freeze_rows >= min_freeze_rows,
     f"the relay published records ({len(records)})": len(records) > 0,
 }
+if mode != "recovery":
+    premises["the relay recorded progress while the standby's walreceiver was frozen"] = \
+        recorded_in_freeze
 for name, held in premises.items():
     print(f"  premise {'ok  ' if held else 'FAIL'} {name}")
 with open(phantoms_file, "a") as f:
     f.write(f"{mode} {len(phantoms)}\n")
 ok = (all(premises.values()) and not missing and not reordered
-      and (mode != "synced" or not phantoms) and resumed)
+      and (mode != "synced" or (not phantoms and not distrusted)) and resumed)
 print(f"failover {mode}: {len(agg_of)} events on the new primary, {len(records)} records; "
       f"missing {len(missing)}, phantoms (published, never on the new primary) {len(phantoms)}, "
+      f"its own slot called untrusted on the new primary {distrusted} times, "
       f"duplicates {dups}, aggregates out of order {len(reordered)}, streaming from the new "
       f"primary {resumed_ms} ms after the promotion (limit {limit_s:g} s) -> "
       f"{'PASS' if ok else 'FAIL'}")

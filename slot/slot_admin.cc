@@ -7,6 +7,20 @@
 #include "slot/server_version.h"
 
 namespace walrelay::slot {
+
+std::vector<std::string> ServerSettings::StandbySlots() const {
+  std::vector<std::string> names(1);
+  for (const char c : synchronized_standby_slots) {
+    if (c == ',') {
+      names.emplace_back();
+    } else if (c != ' ' && c != '"' && c != '\t') {
+      names.back() += c;
+    }
+  }
+  std::erase(names, std::string());
+  return names;
+}
+
 namespace {
 
 std::string Value(const PGresult* r, int row, int col) {

@@ -110,6 +110,8 @@ struct ServerSettings {
   // PostgreSQL 17+: the physical slots whose standbys must have received WAL before a
   // logical walsender sends it (comma-separated; empty: none, or before 17).
   std::string synchronized_standby_slots;
+  // synchronized_standby_slots as slot names (spaces and quotes removed).
+  std::vector<std::string> StandbySlots() const;
   // PostgreSQL 18+: a slot not read for longer is invalidated at the next checkpoint
   // (invalidation_reason idle_timeout). 0 = disabled, or before 18.
   std::chrono::seconds idle_replication_slot_timeout{0};

@@ -508,9 +508,18 @@ Status Pipeline::RaiseConfirmLimit(milliseconds min_gap) {
   if (acked <= confirm_limit_) return Status::Ok();
   const auto clock = Clock::now();
   if (clock - last_record_ < min_gap) return Status::Ok();
-  WALRELAY_RETURN_IF_ERROR(options_.record_confirmable(acked));
-  confirm_limit_ = acked;
-  events_at_record_ = tracker_.FlushedEventsTotal();  // all of them at or before `acked`
+  WALRELAY_ASSIGN_OR_RETURN(const Lsn released, options_.record_confirmable(acked));
+  // All flushed events are at or before `acked`. While a record is held back, the events
+  // it covers stay counted as unconfirmed until a released position covers them.
+  if (records_held_.empty() || records_held_.back().first < acked) {
+    if (records_held_.size() == 64) records_held_.pop_back();  // the newest stands for both
+    records_held_.emplace_back(acked, tracker_.FlushedEventsTotal());
+  }
+  confirm_limit_ = std::max(confirm_limit_, std::min(released, acked));
+  while (!records_held_.empty() && records_held_.front().first <= confirm_limit_) {
+    events_at_record_ = records_held_.front().second;
+    records_held_.pop_front();
+  }
   last_record_ = clock;
   return Status::Ok();
 }

@@ -176,9 +176,12 @@ class Pipeline {
     // before it acked or dead-lettered) before confirming it: at most every 100 ms while
     // events flow (every 10 ms while the backpressure cap waits for confirmations), every
     // second while idle (a record writes WAL, which an idle stream would confirm again),
-    // and at the drain. An error ends the session. Null: no gate (a
+    // and at the drain; while a record is held back (below) the call repeats at those
+    // gaps. It returns the position the pipeline may confirm: the one recorded, or an
+    // earlier record's while a later one waits (DeliveredRecorder: a failover slot's
+    // standbys must hold the record first). An error ends the session. Null: no gate (a
     // recording, the benchmarks). `confirm_limit` is the position recorded before.
-    std::function<Status(Lsn)> record_confirmable;
+    std::function<Result<Lsn>(Lsn)> record_confirmable;
     Lsn confirm_limit;
   };
 
@@ -290,7 +293,9 @@ class Pipeline {
   Lsn last_sent_flush_;
   Lsn confirm_limit_;  // options_.confirm_limit, then each position recorded
   std::chrono::steady_clock::time_point last_record_;
-  uint64_t events_at_record_ = 0;  // tracker_.FlushedEventsTotal() at the last record
+  uint64_t events_at_record_ = 0;  // tracker_.FlushedEventsTotal() at the last released record
+  // Records not yet released for confirming (record_confirmable): position, events then.
+  std::deque<std::pair<Lsn, uint64_t>> records_held_;
   uint64_t reported_events_total_ = 0;  // FlushedEventsTotal() at the last status update
   // Committed transactions not yet fully acked, with their commit time (commit-to-ack
   // latency).

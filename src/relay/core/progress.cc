@@ -1,5 +1,7 @@
 #include "src/relay/core/progress.h"
 
+#include <spdlog/spdlog.h>
+
 #include <charconv>
 #include <vector>
 
@@ -135,6 +137,82 @@ Status ProgressStore::SaveBackfillAfterId(const std::string& slot, const std::st
 
 Status ProgressStore::KeepAlive() {
   return Exec("SELECT 1", {}, "keeping the progress connection alive").status();
+}
+
+Result<Lsn> ProgressStore::WalInsertPosition() {
+  WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r, Exec("SELECT pg_current_wal_insert_lsn()::text",
+                                                      {}, "reading the WAL insert position"));
+  auto lsn = Lsn::Parse(PQgetvalue(r.get(), 0, 0));
+  if (!lsn) return InternalError("pg_current_wal_insert_lsn() returned no LSN");
+  return *lsn;
+}
+
+Result<Lsn> ProgressStore::StandbysFlushed(const std::vector<std::string>& physical_slots) {
+  std::string names = "{";
+  for (const auto& s : physical_slots) {
+    if (names.size() > 1) names += ',';
+    names += '"' + s + '"';  // slot names are [a-z0-9_]
+  }
+  names += '}';
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr r,
+      Exec("SELECT CASE WHEN count(restart_lsn) = cardinality($1::text[]) THEN "
+           "min(restart_lsn)::text END FROM pg_replication_slots WHERE slot_name = ANY($1::text[]) "
+           "AND slot_type = 'physical'",
+           {names}, "reading the standbys' flush positions (synchronized_standby_slots)"));
+  if (PQgetisnull(r.get(), 0, 0)) return Lsn();
+  auto lsn = Lsn::Parse(PQgetvalue(r.get(), 0, 0));
+  return lsn ? *lsn : Lsn();
+}
+
+Result<Lsn> DeliveredRecorder::Record(Lsn acked) {
+  const auto now = std::chrono::steady_clock::now();
+  if (acked > recorded_) {
+    WALRELAY_RETURN_IF_ERROR(store_.SaveDelivered(slot_, acked));
+    recorded_ = acked;
+    if (standby_slots_.empty()) {
+      released_ = acked;
+      return released_;
+    }
+    WALRELAY_ASSIGN_OR_RETURN(Lsn end, store_.WalInsertPosition());
+    if (pending_.size() == kMaxPending) {
+      // The newest entry stands for both: its record ends later, so it waits no less.
+      pending_.back().delivered = acked;
+      pending_.back().record_end = end;
+    } else {
+      pending_.push_back({acked, end, now});
+    }
+  }
+  if (pending_.empty()) return released_;
+  WALRELAY_ASSIGN_OR_RETURN(Lsn flushed, store_.StandbysFlushed(standby_slots_));
+  size_t done = 0;
+  while (done < pending_.size() && pending_[done].record_end <= flushed) {
+    released_ = pending_[done].delivered;
+    ++done;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+  if (!pending_.empty() && now - pending_.front().at > std::chrono::seconds(10) &&
+      now - last_warning_ > std::chrono::seconds(60)) {
+    last_warning_ = now;
+    spdlog::warn(
+        "slot {}: delivered events are not confirmed to PostgreSQL for {} s: the standbys of "
+        "synchronized_standby_slots ({}) have flushed WAL to {}, not yet the progress record "
+        "of {} (walrelay confirms a failover slot only once its standbys hold that record, "
+        "so that a promoted standby trusts its copy of the slot). Nothing is lost; WAL is "
+        "retained and a restart would repeat these events. Check the standbys' replication "
+        "(pg_stat_replication), or remove a standby that is gone from "
+        "synchronized_standby_slots (PostgreSQL holds the stream back for it too)",
+        slot_,
+        std::chrono::duration_cast<std::chrono::seconds>(now - pending_.front().at).count(),
+        fmt::join(standby_slots_, ", "), flushed.ToString(),
+        pending_.front().delivered.ToString());
+  }
+  return released_;
+}
+
+std::chrono::steady_clock::duration DeliveredRecorder::Waiting() const {
+  if (pending_.empty()) return {};
+  return std::chrono::steady_clock::now() - pending_.front().at;
 }
 
 std::string DeliveredBeforeBoundPredicate(std::string_view progress_table, std::string_view slot) {

@@ -100,6 +100,13 @@ class ProgressStore {
   // A statement, so that the connection does not sit idle through a long backfill
   // (idle_session_timeout, NAT idle cutoffs).
   Status KeepAlive();
+  // pg_current_wal_insert_lsn(): read after a record committed, a position at or past the
+  // end of that record's commit.
+  Result<Lsn> WalInsertPosition();
+  // The position every physical slot in `physical_slots` has flushed (the smallest
+  // restart_lsn: a standby's walreceiver reports its flush position through its slot);
+  // Lsn() when one of them does not exist or has none.
+  Result<Lsn> StandbysFlushed(const std::vector<std::string>& physical_slots);
 
  private:
   ProgressStore(slot::PgConnPtr conn, std::string table)
@@ -111,6 +118,45 @@ class ProgressStore {
                                  std::string_view what);
   slot::PgConnPtr conn_;
   std::string table_;  // quoted
+};
+
+// The slot's trust across a failover (invariant 11; PostgreSQL 17+, a failover slot and
+// synchronized_standby_slots). A standby's copy of the slot is synchronized up to any
+// position the standby has flushed, but the record that vouches for that position is
+// written after it, so a promoted standby could hold a slot confirmed past the record it
+// holds and call it untrusted (a needless recovery: duplicates and a lost-slot alert). The
+// gate therefore releases a recorded position for confirming only once every standby in
+// `standby_slots` has flushed the record's commit. With no standby slots named, each
+// position is released as it is recorded (nothing to wait for; the start checks warn).
+class DeliveredRecorder {
+ public:
+  // `released`: the position recorded (and confirmable) before this session streams.
+  DeliveredRecorder(ProgressStore& store, std::string slot, std::vector<std::string> standby_slots,
+                    Lsn released)
+      : store_(store),
+        slot_(std::move(slot)),
+        standby_slots_(std::move(standby_slots)),
+        recorded_(released),
+        released_(released) {}
+  // Records `acked` when it is past the last record, then returns the highest position the
+  // pipeline may confirm: recorded, and (with standby slots) flushed by every standby.
+  Result<Lsn> Record(Lsn acked);
+  // How long the oldest recorded position has waited for the standbys; 0 when none waits.
+  std::chrono::steady_clock::duration Waiting() const;
+
+ private:
+  struct Pending {
+    Lsn delivered;
+    Lsn record_end;  // the WAL insert position after the record committed
+    std::chrono::steady_clock::time_point at;
+  };
+  ProgressStore& store_;
+  const std::string slot_;
+  const std::vector<std::string> standby_slots_;
+  std::vector<Pending> pending_;  // oldest first; at most kMaxPending (the newest merged)
+  Lsn recorded_, released_;
+  std::chrono::steady_clock::time_point last_warning_;
+  static constexpr size_t kMaxPending = 64;
 };
 
 }  // namespace walrelay::relay

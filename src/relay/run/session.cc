@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "slot/server_version.h"
 #include "slot/wire.h"
 #include "src/relay/core/plugin_options.h"
 #include "src/relay/core/schema.h"
@@ -168,9 +169,16 @@ Status Relay::Session::Start() {
   pipeline_options.outbox_tables = std::move(outbox_tables);
   pipeline_options.topic_errors = relay_.topic_errors_.get();
   pipeline_options.confirm_limit = delivered;
-  pipeline_options.record_confirmable = [this](Lsn lsn) {
-    return progress_->SaveDelivered(config_.slot, lsn);
-  };
+  // A failover slot's standbys must hold a record before the slot is confirmed up to it
+  // (DeliveredRecorder): the standbys PostgreSQL itself waits for, synchronized_standby_slots.
+  std::vector<std::string> standby_slots;
+  if (slot::SupportsFailoverSlots(settings.server_version_num)) {
+    WALRELAY_ASSIGN_OR_RETURN(const slot::SlotInfo streamed, admin_->GetSlot(config_.slot));
+    if (streamed.failover) standby_slots = settings.StandbySlots();
+  }
+  recorder_ = std::make_unique<DeliveredRecorder>(*progress_, config_.slot,
+                                                  std::move(standby_slots), delivered);
+  pipeline_options.record_confirmable = [this](Lsn lsn) { return recorder_->Record(lsn); };
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 

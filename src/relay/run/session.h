@@ -80,6 +80,7 @@ class Relay::Session {
   std::unique_ptr<KafkaSink> sink_;
   std::unique_ptr<DeadLetterWriter> dead_letters_;
   std::unique_ptr<ProgressStore> progress_;
+  std::unique_ptr<DeliveredRecorder> recorder_;  // over progress_
   std::unique_ptr<Pipeline> pipeline_;
   Clock::time_point next_heartbeat_ = Clock::now();
   Clock::time_point next_progress_save_ = Clock::now();

@@ -157,7 +157,9 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
              physical +
              "): walrelay may publish transactions a standby has not received yet, and if "
              "that standby is promoted after a crash those events are in Kafka but not in "
-             "the new primary (measured by scripts/pg-failover-check.sh). Fix: ALTER SYSTEM "
+             "the new primary, and the promoted standby's copy of the slot may be confirmed "
+             "past the progress record it holds (walrelay then recovers it: repeats and a "
+             "lost-slot alert; measured by scripts/pg-failover-check.sh). Fix: ALTER SYSTEM "
              "SET synchronized_standby_slots = '<the standbys' physical slots>'; SELECT "
              "pg_reload_conf(); (docs/operations.md, failover)");
       }
