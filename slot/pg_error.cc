@@ -213,38 +213,79 @@ std::chrono::milliseconds ClientWaitBound(PGconn* conn) {
 }
 
 namespace {
+thread_local ServerWaitObserver t_server_wait_observer;
+}  // namespace
 
-// PQexecParams with a bound on the wait for the server's answer. On timeout the socket is
-// shut down, so the connection reports CONNECTION_BAD from then on.
-Result<PgResultPtr> ExecBounded(PGconn* conn, const std::string& sql,
-                                const std::vector<const char*>& params, std::string_view context,
-                                std::chrono::milliseconds bound) {
-  if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr, params.data(),
-                        nullptr, nullptr, 0) == 0) {
-    return PgResultPtr();  // the caller maps the connection's error
-  }
-  const auto deadline = std::chrono::steady_clock::now() + bound;
+ScopedServerWaitObserver::ScopedServerWaitObserver(ServerWaitObserver observer)
+    : previous_(std::exchange(t_server_wait_observer, std::move(observer))) {}
+
+ScopedServerWaitObserver::~ScopedServerWaitObserver() {
+  t_server_wait_observer = std::move(previous_);
+}
+
+Result<PgResultPtr> SendAndAwait(PGconn* conn, const std::string& sql,
+                                 const std::vector<const char*>& params, bool simple,
+                                 std::string_view context, std::chrono::milliseconds bound) {
+  const int sent = simple ? PQsendQuery(conn, sql.c_str())
+                          : PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()),
+                                              nullptr, params.data(), nullptr, nullptr, 0);
+  if (sent == 0) return PgResultPtr();  // the caller maps the connection's error
+  constexpr std::chrono::milliseconds kSlice{1000};
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + bound;
+  bool told = false;  // the observer heard of this wait: it hears of its end too
+  struct TellEnd {
+    const bool& told;
+    std::string_view context;
+    std::chrono::steady_clock::time_point start;
+    ~TellEnd() {
+      if (told && t_server_wait_observer) {
+        t_server_wait_observer(context,
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - start),
+                               true);
+      }
+    }
+  } tell_end{told, context, start};
   PgResultPtr kept;
   for (;;) {
     while (PQisBusy(conn)) {
-      const auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto now = std::chrono::steady_clock::now();
+      auto slice = kSlice;
+      if (bound.count() > 0) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+        if (left.count() <= 0) {
+          ::shutdown(PQsocket(conn), SHUT_RDWR);
+          return UnavailableError(
+              std::string(context) + ": no answer from the server within " +
+              std::to_string(bound.count() / 1000) +
+              " s (statement_timeout plus a grace): connection presumed dead (half-open); the "
+              "session restarts with new connections. If this repeats, check the network path "
+              "to the server");
+        }
+        slice = std::min(slice, left);
+      }
       pollfd pfd{PQsocket(conn), POLLIN, 0};
-      const int pr = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+      const int pr = ::poll(&pfd, 1, static_cast<int>(slice.count()));
       if (pr < 0 && errno == EINTR) continue;
       if (pr == 0) {
-        ::shutdown(PQsocket(conn), SHUT_RDWR);
-        return UnavailableError(
-            std::string(context) + ": no answer from the server within " +
-            std::to_string(bound.count() / 1000) +
-            " s (statement_timeout plus a grace): connection presumed dead (half-open); the "
-            "session restarts with new connections. If this repeats, check the network path "
-            "to the server");
+        if (t_server_wait_observer) {
+          told = true;
+          t_server_wait_observer(context,
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - start),
+                                 false);
+        }
+        continue;
       }
       if (pr < 0 || PQconsumeInput(conn) == 0) return PgResultPtr();
     }
     PGresult* r = PQgetResult(conn);
     if (r == nullptr) return kept;
+    const ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COPY_BOTH || st == PGRES_COPY_OUT || st == PGRES_COPY_IN) {
+      return PgResultPtr(r);  // the connection is in COPY now: no further results to read
+    }
     // Keep the first error, else the last result (one per statement).
     if (!kept || PQresultStatus(kept.get()) == PGRES_COMMAND_OK ||
         PQresultStatus(kept.get()) == PGRES_TUPLES_OK) {
@@ -255,17 +296,10 @@ Result<PgResultPtr> ExecBounded(PGconn* conn, const std::string& sql,
   }
 }
 
-}  // namespace
-
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
                            const std::vector<const char*>& params, std::string_view context) {
-  PgResultPtr res;
-  if (const auto bound = ClientWaitBound(conn); bound.count() > 0) {
-    WALRELAY_ASSIGN_OR_RETURN(res, ExecBounded(conn, sql, params, context, bound));
-  } else {
-    res.reset(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr,
-                           params.data(), nullptr, nullptr, 0));
-  }
+  WALRELAY_ASSIGN_OR_RETURN(PgResultPtr res,
+                            SendAndAwait(conn, sql, params, false, context, ClientWaitBound(conn)));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
   Status s = StatusFromResult(conn, res.get(), context);

@@ -39,6 +39,7 @@
 #include <libpq-fe.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -115,6 +116,35 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context);
 // kUnavailable and the connection is shut down (CONNECTION_BAD from then on).
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,
                            const std::vector<const char*>& params, std::string_view context);
+
+// Long waits for the server, made visible. While ExecPg (or a replication command,
+// ReplicationConnection) waits for an answer, the calling thread's observer, if any, is
+// called about once a second with what is awaited (the statement's context) and for how
+// long, and once more with `ended` when such a wait is over: a slot's creation waiting for the transactions open on the server, a backfill's
+// count(*) or first FETCH on a large outbox. The relay's observer advances its liveness
+// (the systemd watchdog), says in STATUS and the log what it waits for, and lets a stop
+// interrupt nothing but the wait. Set for a scope; nested scopes restore the outer one.
+using ServerWaitObserver =
+    std::function<void(std::string_view what, std::chrono::milliseconds waited, bool ended)>;
+class ScopedServerWaitObserver {
+ public:
+  explicit ScopedServerWaitObserver(ServerWaitObserver observer);
+  ~ScopedServerWaitObserver();
+  ScopedServerWaitObserver(const ScopedServerWaitObserver&) = delete;
+  ScopedServerWaitObserver& operator=(const ScopedServerWaitObserver&) = delete;
+
+ private:
+  ServerWaitObserver previous_;
+};
+
+// Sends `sql` (PQsendQueryParams with `params`; `simple`: PQsendQuery, for replication
+// commands, which take only the simple protocol) and waits for its results in slices of a
+// second, telling the thread's ServerWaitObserver; `bound` (0: none) as ExecPg's. Returns
+// the first error result, else the last one (a COPY result at once); null when sending or
+// reading failed (the caller maps the connection's error); kUnavailable past the bound.
+Result<PgResultPtr> SendAndAwait(PGconn* conn, const std::string& sql,
+                                 const std::vector<const char*>& params, bool simple,
+                                 std::string_view context, std::chrono::milliseconds bound);
 
 // How long ExecPg waits for the server on `conn`: the statement_timeout ConnectPg sent
 // (SessionSettings) plus kClientWaitGrace; 0 (unbounded) without one.

@@ -94,7 +94,12 @@ Result<PgResultPtr> ReplicationConnection::Command(const std::string& command,
   if (streaming_) {
     return FailedPreconditionError(command + ": the connection is streaming; Close it first");
   }
-  PgResultPtr res(PQexec(conn_.get(), command.c_str()));
+  // No bound: a slot's creation waits for every transaction open on the server, however
+  // long (the thread's ServerWaitObserver hears about it each second). A peer that
+  // vanished (half-open) ends the wait only through libpq's TCP keepalives (on by default;
+  // the kernel's idle time, 2 h unless the DSN sets keepalives_idle).
+  WALRELAY_ASSIGN_OR_RETURN(PgResultPtr res, SendAndAwait(conn_.get(), command, {}, true, command,
+                                                          std::chrono::milliseconds(0)));
   if (!res || PQresultStatus(res.get()) != expected) {
     Status st = StatusFromResult(conn_.get(), res.get(), command);
     if (PQstatus(conn_.get()) == CONNECTION_BAD) {

@@ -76,8 +76,10 @@ int RunRelay(const walrelay::relay::RelayConfig& config) {
         const bool streaming = relay.stats().streaming.load() == 1 || polling;
         const bool standby = relay.stats().standby.load() == 1;
         const bool recovering = relay.stats().recovering.load() == 1;
+        const std::string wait = relay.stats().ServerWait();
         const std::string now =
-            polling      ? std::string("polling the outbox tables")
+            !wait.empty() ? wait
+            : polling     ? std::string("polling the outbox tables")
             : recovering ? "recovering slot " + config.slot + ": republishing " +
                                std::to_string(relay.stats().recovery_rows_expected.load()) +
                                " rows from the outbox tables (progress in the log)"

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "base/lsn.h"
+#include "slot/pg_error.h"
 #include "src/kafka/mock_cluster.h"
 #include "base/position.h"
 #include "src/relay/core/schema.h"
@@ -578,6 +579,68 @@ TEST_F(RelayProcessTest, RecoveryPetsTheWatchdogWhileBrokersAreDown) {
   relay->Signal(SIGTERM);
   EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
   CheckDelivered(ConsumeToEnd(60s), 3000);
+}
+
+// Issue 41, item 15: a slot's creation waits for every transaction open on the server;
+// that wait pets the watchdog and says what it waits for. A transaction with an xid is
+// held open, then the relay starts without a slot under Type=notify with
+// WATCHDOG_USEC=2000000: while CREATE_REPLICATION_SLOT waits, WATCHDOG=1 keeps arriving,
+// STATUS and /readyz name the wait, and the log says it; once the transaction ends the
+// relay streams. Before the fix the 10.9 s wait of the report had no WATCHDOG=1 and
+// STATUS said "connecting".
+TEST_F(RelayProcessTest, SlotCreationBehindAnOpenTransactionPetsTheWatchdogAndSaysWhy) {
+  slot::PgConnPtr holder(PQconnectdb(pg_->conninfo().c_str()));
+  ASSERT_EQ(PQstatus(holder.get()), CONNECTION_OK);
+  slot::PgResultPtr began(PQexec(holder.get(), "BEGIN; SELECT pg_current_xact_id()"));
+  ASSERT_EQ(PQresultStatus(began.get()), PGRES_TUPLES_OK);
+
+  NotifySocket notify(pg_->socket_dir() + "/notify-create.sock");
+  ASSERT_TRUE(notify.ok());
+  const int mport = FreeLoopbackPort();
+  auto relay = Subprocess::Start(
+      {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+       kafka_->bootstraps(), "--flow-status-interval-ms", "100", "--ops-metrics-address",
+       "127.0.0.1:" + std::to_string(mport)},
+      log_, {notify.env(), "WATCHDOG_USEC=2000000"});
+  ASSERT_TRUE(relay.ok());
+  // The premise: the creation is under way and waiting (the walsender's query).
+  const bool waiting = testing::WaitFor(
+      [&] {
+        auto v = pg_->QueryScalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender' AND "
+            "query LIKE 'CREATE_REPLICATION_SLOT%' AND state = 'active'");
+        return v.ok() && *v == "1";
+      },
+      30s);
+  ASSERT_TRUE(waiting) << relay->LogTail();
+  notify.ReadUntil("STATUS=CREATE_REPLICATION_SLOT", 10s);
+  const size_t from = notify.received().size();
+  notify.ReadFor(6s);
+  const std::string& received = notify.received();
+  size_t pets = 0;
+  for (size_t at = from; (at = received.find("WATCHDOG=1", at)) != std::string::npos; ++at) {
+    ++pets;
+  }
+  EXPECT_GE(pets, 4u) << "watchdog not petted while the slot's creation waited: " << received;
+  EXPECT_NE(received.find("STATUS=CREATE_REPLICATION_SLOT"), std::string::npos) << received;
+  {
+    httplib::Client client("127.0.0.1", mport);
+    auto ready = client.Get("/readyz");
+    ASSERT_TRUE(ready);
+    EXPECT_EQ(ready->status, 503);
+    EXPECT_NE(ready->body.find("waiting for the server for"), std::string::npos) << ready->body;
+  }
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return testing::ReadFile(log_).find("still waiting for the server after 10 s: "
+                                                 "CREATE_REPLICATION_SLOT") != std::string::npos; },
+      10s))
+      << relay->LogTail();
+  // Still not streaming: the wait was the server's, and it ends with the transaction.
+  EXPECT_EQ(notify.received().find("STATUS=streaming"), std::string::npos) << notify.received();
+  slot::PgResultPtr ended(PQexec(holder.get(), "COMMIT"));
+  EXPECT_TRUE(notify.ReadUntil("STATUS=streaming slot walrelay", 30s)) << notify.received();
+  relay->Signal(SIGTERM);
+  EXPECT_EQ(relay->Wait(30s), 0) << relay->LogTail();
 }
 
 TEST_F(RelayProcessTest, SigtermMidStreamExitsZeroAndConfirmsOnlyAckedTransactions) {

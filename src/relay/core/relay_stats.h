@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 namespace walrelay::relay {
 
@@ -58,6 +60,22 @@ struct RelayStats {
   std::atomic<uint64_t> poll_retrying_rows{0};       // gauge: unpublished rows with retry_count > 0
   // gauge: the batch.size sessions use after the broker refused a batch; 0 = as configured.
   std::atomic<int64_t> kafka_batch_size{0};
+
+  // What the relay's thread has waited for the server longer than a second (the
+  // statement's context, slot/pg_error.h ServerWaitObserver) and for how long; empty when
+  // it waits for nothing. systemd's STATUS and /readyz say it.
+  void SetServerWait(std::string what) {
+    std::lock_guard lock(server_wait_mutex_);
+    server_wait_ = std::move(what);
+  }
+  std::string ServerWait() const {
+    std::lock_guard lock(server_wait_mutex_);
+    return server_wait_;
+  }
+
+ private:
+  mutable std::mutex server_wait_mutex_;
+  std::string server_wait_;
 };
 
 }  // namespace walrelay::relay

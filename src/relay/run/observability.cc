@@ -174,7 +174,12 @@ Status Relay::StartObservability() {
             std::to_string(stats_.recovery_rows_expected.load()) +
             " rows from the outbox tables (progress every 10 s in the log); streams once done");
       }
-      if (stats_.streaming.load() == 0) return UnavailableError("not streaming");
+      if (stats_.streaming.load() == 0) {
+        if (std::string wait = stats_.ServerWait(); !wait.empty()) {
+          return UnavailableError("not streaming yet: " + wait);
+        }
+        return UnavailableError("not streaming");
+      }
       if (const double waited = KafkaWaitedSeconds(stats_);
           waited >= static_cast<double>(kKafkaWaitIsNews.count())) {
         return UnavailableError(

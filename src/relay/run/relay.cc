@@ -135,6 +135,33 @@ Status Relay::Run() {
         "walrelay_slot_retained_bytes and walrelay_slot_state",
         config_.slot);
   }
+  // A statement waiting for the server (a slot's creation behind open transactions, a
+  // recovery's scans of a large outbox) keeps the watchdog fed and says what it waits for:
+  // in STATUS and /readyz at once, in the log every 10 s.
+  slot::ScopedServerWaitObserver server_waits(
+      [this, last_logged = std::chrono::milliseconds(0)](
+          std::string_view what, milliseconds waited, bool ended) mutable {
+        stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+        const int64_t s = waited.count() / 1000;
+        if (ended) {
+          stats_.SetServerWait("");
+          if (last_logged.count() > 0) {
+            spdlog::info("the server answered after {} s: {}", s, what);
+          }
+          last_logged = milliseconds(0);
+          return;
+        }
+        stats_.SetServerWait(std::string(what) + " (waiting for the server for " +
+                             std::to_string(s) + " s)");
+        if (waited - last_logged >= std::chrono::seconds(10)) {
+          last_logged = waited;
+          spdlog::info("still waiting for the server after {} s: {}{}", s, what,
+                       what.starts_with("CREATE_REPLICATION_SLOT")
+                           ? " (a new slot waits for every transaction open on the server to "
+                             "end: see pg_stat_activity WHERE backend_xid IS NOT NULL)"
+                           : "");
+        }
+      });
   std::mt19937_64 rng(std::random_device{}());
   milliseconds backoff = config_.reconnect_min;
   bool checked = false;
