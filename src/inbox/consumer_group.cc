@@ -114,9 +114,15 @@ Status InboxConsumer::Impl::Init() {
           "log.retention.check.interval.ms of every topic",
           opt_.replay_window.count());
     }
-    WALRELAY_RETURN_IF_ERROR(CheckInboxRetention(opt_.inbox_retention, window_));
-    spdlog::info("inbox: retention {} ms > replay window {} ms ({})", opt_.inbox_retention.count(),
-                 window_->window.count(), window_->source);
+    WALRELAY_RETURN_IF_ERROR(
+        CheckInboxRetention(opt_.inbox_retention, window_, opt_.max_relay_lag));
+    spdlog::info(
+        "inbox: retention {} ms > replay window {} ms ({}); first-time events are applied "
+        "while younger than the retention: relay lag plus consumer lag may reach {} ms (a "
+        "consumer as far behind as Kafka keeps leaves the relay {} ms, max_relay_lag {} ms)",
+        opt_.inbox_retention.count(), window_->window.count(), window_->source,
+        opt_.inbox_retention.count(), (opt_.inbox_retention - window_->window).count(),
+        opt_.max_relay_lag.count());
   }
 
   kafka::ProducerOptions popt;

@@ -103,7 +103,8 @@ struct Item {
 // time, or younger).
 std::optional<std::string> TooOldToTell(const InboxMessage& msg,
                                         std::chrono::milliseconds inbox_retention,
-                                        std::chrono::system_clock::time_point now);
+                                        std::chrono::system_clock::time_point now,
+                                        int64_t append_time_ms = -1);
 
 // Fills `out` from `m` (the event id extracted and validated: event_id.h; the age checked
 // against `inbox_retention`: TooOldToTell).

@@ -192,6 +192,9 @@ class Transaction {
 
 using Handler = std::function<Status(const InboxMessage&, Transaction&)>;
 
+// InboxOptions::max_relay_lag's default (CheckInboxRetention).
+inline constexpr std::chrono::milliseconds kDefaultMaxRelayLag{12LL * 3600 * 1000};
+
 struct InboxOptions {
   // Kafka. bootstrap, group and at least one topic are required. `properties` are any
   // librdkafka properties applied over ours (session.timeout.ms, ...); setting
@@ -247,6 +250,11 @@ struct InboxOptions {
   // unknown (then a non-zero inbox_retention is refused).
   std::chrono::milliseconds replay_window{0};
   std::chrono::milliseconds describe_configs_timeout{5'000};
+  // The relay lag (an event's commit to its record's append) this consumer must tolerate
+  // while it itself lags by the whole replay window: inbox_retention must exceed the
+  // window by at least this (CheckInboxRetention). The default leaves the 15-day
+  // retention over Kafka's default 14-day-5-minute window almost a day.
+  std::chrono::milliseconds max_relay_lag{kDefaultMaxRelayLag};
 };
 
 // How long Kafka can deliver a record again, and what that was computed from.
@@ -289,8 +297,13 @@ std::optional<ReplayWindow> ReplayWindowFromConfigs(const std::vector<TopicConfi
 // retention or lower the topic's retention.ms / segment.ms). A compacted or infinitely
 // retained topic needs rows kept forever. inbox_retention == 0 (keep forever) is always
 // safe. An unknown window (broker silent, nothing configured) is refused as well.
+// And the margin: a first-time event is applied only while its commit is younger than
+// inbox_retention (older events are dead-lettered, see above), and a consumer may lag by
+// as much as Kafka keeps (the window), so retention - window is what the relay's own lag
+// (commit to append) may reach; it must be at least `max_relay_lag`.
 Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
-                           const std::optional<ReplayWindow>& window);
+                           const std::optional<ReplayWindow>& window,
+                           std::chrono::milliseconds max_relay_lag = kDefaultMaxRelayLag);
 
 struct InboxStats {
   uint64_t applied = 0;        // handler ran and committed

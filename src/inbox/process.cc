@@ -74,7 +74,8 @@ Next FromFault(slot::PgFault fault) {
 
 std::optional<std::string> TooOldToTell(const InboxMessage& msg,
                                         std::chrono::milliseconds inbox_retention,
-                                        std::chrono::system_clock::time_point now) {
+                                        std::chrono::system_clock::time_point now,
+                                        int64_t append_time_ms) {
   if (inbox_retention.count() <= 0) return std::nullopt;
   const std::optional<std::string_view> header = msg.Header(headers::kPosition);
   if (!header) return std::nullopt;
@@ -87,7 +88,15 @@ std::optional<std::string> TooOldToTell(const InboxMessage& msg,
   return "the event is " + std::to_string(age_ms) + " ms old (" +
          std::string(headers::kPosition) + " commit_time_us=" +
          std::to_string(position->commit_time_us) + (position->recovered ? ", recovered" : "") +
-         "), older than this inbox's retention of " + std::to_string(inbox_retention.count()) +
+         ")" +
+         (append_time_ms > 0
+              ? ", of which " + std::to_string(append_time_ms - position->commit_time_us / 1000) +
+                    " ms from its commit to its record's timestamp in Kafka (relay lag, or a "
+                    "re-emission by republish or recovery) and " +
+                    std::to_string(now_us / 1000 - append_time_ms) +
+                    " ms since (time in Kafka and consumer lag)"
+              : std::string()) +
+         ", older than this inbox's retention of " + std::to_string(inbox_retention.count()) +
          " ms: its inbox row may be deleted already, so the inbox cannot tell whether it "
          "applied it, and applying it could apply it twice. Not applied. If the ledger shows "
          "it was never applied (look for event id " + std::string(msg.event_id) +
@@ -125,7 +134,10 @@ void Decode(rd_kafka_message_t* m, std::string_view event_id_header,
   }
   msg.event_id = out->event_id;
   if (!out->poison) {
-    out->poison = TooOldToTell(msg, inbox_retention, std::chrono::system_clock::now());
+    rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+    const int64_t appended = rd_kafka_message_timestamp(m, &type);
+    out->poison = TooOldToTell(msg, inbox_retention, std::chrono::system_clock::now(),
+                               type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? -1 : appended);
   }
 }
 

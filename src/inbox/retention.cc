@@ -37,7 +37,8 @@ bool ParseMs(const std::string& text, long long* out) {
 }  // namespace
 
 Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
-                           const std::optional<ReplayWindow>& window) {
+                           const std::optional<ReplayWindow>& window,
+                           std::chrono::milliseconds max_relay_lag) {
   if (inbox_retention.count() == 0) return Status::Ok();  // rows kept forever: always safe
   const std::string ours = Ms(inbox_retention);
   if (!window) {
@@ -69,6 +70,18 @@ Status CheckInboxRetention(std::chrono::milliseconds inbox_retention,
         "): Kafka could redeliver a message after its inbox row was deleted and it would be "
         "applied twice; raise the inbox retention above the replay window or lower the "
         "topic's retention.ms or segment.ms");
+  }
+  if (inbox_retention - window->window < max_relay_lag) {
+    return FailedPreconditionError(
+        "inbox retention " + ours + " leaves " + Ms(inbox_retention - window->window) +
+        " beyond the topic's replay window " + Arithmetic(*window) + " (" + window->source +
+        "), less than max_relay_lag " + Ms(max_relay_lag) +
+        ": an event is applied the first time only while its commit is younger than the "
+        "retention (after that its inbox row might be gone), so a consumer that lags by as "
+        "much as Kafka keeps would dead-letter first-time events whenever the relay lagged "
+        "more than that difference. Raise the inbox retention to at least " +
+        Ms(window->window + max_relay_lag) +
+        ", or lower max_relay_lag to the relay lag you will alert on long before");
   }
   return Status::Ok();
 }

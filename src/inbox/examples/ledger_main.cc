@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--replay-window-ms", replay_ms,
                  "Topic replay window when the broker does not report retention.ms");
+  int64_t max_relay_lag_ms = opt.max_relay_lag.count();
+  app.add_option("--max-relay-lag-ms", max_relay_lag_ms,
+                 "The relay lag to tolerate while this consumer lags by the whole replay "
+                 "window: the inbox retention must exceed the window by at least this")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--batch-max-messages", opt.batch_max_messages,
                  "Messages per database transaction, per partition (1: no batching)")
       ->capture_default_str()
@@ -87,6 +93,7 @@ int main(int argc, char** argv) {
   }
   opt.inbox_retention = std::chrono::milliseconds(retention_ms);
   opt.replay_window = std::chrono::milliseconds(replay_ms);
+  opt.max_relay_lag = std::chrono::milliseconds(max_relay_lag_ms);
   opt.batch_max_wait = std::chrono::milliseconds(batch_wait_ms);
   opt.describe_configs_timeout = std::chrono::milliseconds(describe_ms);
 
