@@ -471,6 +471,48 @@ TEST_F(InboxTest, RepublishedEventOlderThanTheRetentionIsNotAppliedAgain) {
       << *reason;
 }
 
+// Issue 41, item 16: a record too old to tell is dead-lettered once; its redelivery, while
+// the inbox row that decision wrote still exists, is a duplicate, not a second dead letter.
+TEST_F(InboxTest, TooOldRecordRedeliveredWhileItsRowExistsIsADuplicate) {
+  WALRELAY_NEEDS_DEV_BROKER(kafka_, "a 60-second inbox retention, which a broker stating "
+                                    "its topic's replay window refuses");
+  ASSERT_TRUE(kafka_->CreateTopic("payments", 1).ok());
+  ASSERT_TRUE(pg_->Exec(relay::OutboxTableDdl("public.outbox")).ok());
+  relay::RelayConfig relay_config;
+  relay_config.source_dsn = pg_->conninfo();
+  relay_config.bootstrap_servers = kafka_->bootstraps();
+  relay::RepublishRequest request;
+  request.rows = relay::RepublishRequest::Rows::kEventIds;
+  InboxOptions o = Options("g-old", "payments");
+  o.inbox_retention = 60s;
+  o.replay_window = 1s;
+  o.max_relay_lag = 1s;
+  auto consumer = InboxConsumer::Create(std::move(o), &ledger::CreditWallet);
+  ASSERT_TRUE(consumer.ok()) << consumer.status().ToString();
+  InboxConsumer& c = **consumer;
+  ASSERT_TRUE(c.EnsureSchema().ok());
+  Status run_status;
+  std::thread runner([&] { run_status = c.Run(); });
+  // An event two minutes old (republish carries the row's created_at as its time).
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload, created_at) VALUES ('payment', 'w1', 'payments', "
+                        "'PaymentCaptured', '{\"wallet\": \"w1\", \"amount\": 5}', "
+                        "now() - interval '2 minutes')")
+                  .ok());
+  request.event_ids = {*pg_->QueryScalar("SELECT event_id::text FROM outbox")};
+  ASSERT_TRUE(relay::Republish(relay_config, request).ok());
+  ASSERT_TRUE(WaitFor([&] { return c.stats().dead_lettered == 1; }, 30s));
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox"), 1);  // the decision's row
+  ASSERT_TRUE(relay::Republish(relay_config, request).ok());
+  EXPECT_TRUE(WaitFor([&] { return c.stats().duplicates == 1; }, 30s));
+  c.Stop();
+  runner.join();
+  EXPECT_TRUE(run_status.ok()) << run_status.ToString();
+  EXPECT_EQ(c.stats().dead_lettered, 1u);
+  EXPECT_EQ(c.stats().applied, 0u);
+  EXPECT_EQ(QueryInt(*pg_, "SELECT count(*) FROM inbox_dead_letter"), 1);
+}
+
 // Issue test 6: an inbox retention shorter than the replay window is refused at start.
 TEST_F(InboxTest, RetentionShorterThanReplayWindowIsRefused) {
   // On Apache Kafka: InboxApacheTest.RetentionRuleReadsTheTopicsConfigurationFromTheBroker.
