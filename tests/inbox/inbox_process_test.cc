@@ -139,6 +139,10 @@ class InboxProcessTest : public ::testing::Test {
             "3600000",
             "--inbox-retention-ms",
             "7200000",
+            // The 1 h margin over the window covers a relay lag of at most 1 h
+            // (CheckInboxRetention); the default 12 h would refuse to start.
+            "--max-relay-lag-ms",
+            "3600000",
             "--stats-interval-ms",
             "200",
             "--property",
