@@ -302,6 +302,44 @@ Status PublicationCheck::Verdict(std::string_view publication, bool may_create) 
         "publication " + pub + " does not exist and create_slot is off. Fix: CREATE PUBLICATION " +
         pub + " FOR TABLE " + join(missing) + " WITH (publish_via_partition_root = true);");
   }
+  // Rows committed while the publication skipped them are decoded under the publication
+  // as it was then (the catalog as of their WAL): fixing it does not bring them back.
+  const std::string republish =
+      " Rows committed while it was so are skipped even after the fix (logical decoding reads "
+      "the publication as it was when they were written): republish them after the fix "
+      "(walrelay republish --since '<when the publication was changed>'; docs/operations.md, "
+      "republish)";
+  if (!inserts) {
+    std::string keep = "insert";
+    if (updates) keep += ", update";
+    if (deletes) keep += ", delete";
+    if (truncates) keep += ", truncate";
+    return InvalidArgumentError(
+        "publication " + pub +
+        " does not publish inserts (its publish parameter leaves out 'insert'): outbox events "
+        "are inserts, so none would reach Kafka while the slot is confirmed past them. Fix: "
+        "ALTER PUBLICATION " +
+        pub + " SET (publish = '" + keep + "');" + republish);
+  }
+  if (!row_filtered.empty()) {
+    const auto& [table, filter] = row_filtered.front();
+    return InvalidArgumentError(
+        "publication " + pub + " publishes " + table + " with a row filter (WHERE " + filter +
+        "): outbox rows it filters out would never reach Kafka while the slot is confirmed "
+        "past them. Fix: BEGIN; ALTER PUBLICATION " +
+        pub + " DROP TABLE " + table + "; ALTER PUBLICATION " + pub + " ADD TABLE " + table +
+        "; COMMIT;" + republish);
+  }
+  if (!column_listed.empty()) {
+    const std::string& table = column_listed.front();
+    return InvalidArgumentError(
+        "publication " + pub + " publishes " + table +
+        " with a column list: outbox columns it leaves out would be missing from every event "
+        "(mapped as absent, or dead-lettered) while the slot is confirmed past them. Fix: "
+        "BEGIN; ALTER PUBLICATION " +
+        pub + " DROP TABLE " + table + "; ALTER PUBLICATION " + pub + " ADD TABLE " + table +
+        "; COMMIT;" + republish);
+  }
   if (!partitioned.empty() && !via_root) {
     return FailedPreconditionError(
         "publication " + pub + " publishes the partitioned table " + join(partitioned) +
@@ -372,10 +410,32 @@ Result<PublicationCheck> SlotAdmin::CheckPublication(std::string_view name,
   WALRELAY_ASSIGN_OR_RETURN(
       PgResultPtr p,
       Query("reading publication " + pub,
-            "SELECT puballtables, pubviaroot FROM pg_publication WHERE pubname = $1", {pub}));
+            "SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate, oid "
+            "FROM pg_publication WHERE pubname = $1",
+            {pub}));
   check.exists = PQntuples(p.get()) == 1;
   check.all_tables = check.exists && Value(p.get(), 0, 0) == "t";
   check.via_root = check.exists && Value(p.get(), 0, 1) == "t";
+  if (check.exists) {
+    check.inserts = Value(p.get(), 0, 2) == "t";
+    check.updates = Value(p.get(), 0, 3) == "t";
+    check.deletes = Value(p.get(), 0, 4) == "t";
+    check.truncates = Value(p.get(), 0, 5) == "t";
+  }
+  // Row filters and column lists (PostgreSQL 15+) on the tables themselves.
+  if (check.exists && !check.all_tables && PQserverVersion(conn_.get()) >= 150000) {
+    for (const ResolvedTable& t : tables) {
+      WALRELAY_ASSIGN_OR_RETURN(
+          PgResultPtr r,
+          Query("reading publication " + pub,
+                "SELECT pg_get_expr(prqual, prrelid), prattrs IS NOT NULL FROM "
+                "pg_publication_rel WHERE prpubid = $1 AND prrelid = $2",
+                {Value(p.get(), 0, 6), std::to_string(t.oid)}));
+      if (PQntuples(r.get()) != 1) continue;
+      if (!PQgetisnull(r.get(), 0, 0)) check.row_filtered.emplace_back(t.Display(), Value(r.get(), 0, 0));
+      if (Value(r.get(), 0, 1) == "t") check.column_listed.push_back(t.Display());
+    }
+  }
   for (const ResolvedTable& t : tables) {
     if (t.partitioned) check.partitioned.push_back(t.Display());
     bool published = false;

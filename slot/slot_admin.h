@@ -79,11 +79,20 @@ struct PublicationCheck {
   bool via_root = false;                 // publish_via_partition_root
   std::vector<std::string> missing;      // Display() of tables it does not publish
   std::vector<std::string> partitioned;  // Display() of partitioned tables among them
+  // What it publishes (pg_publication's pubinsert, pubupdate, pubdelete, pubtruncate).
+  bool inserts = true, updates = true, deletes = true, truncates = true;
+  // PostgreSQL 15+: Display() of tables published with a row filter (WHERE) or a column
+  // list; the row filter as the server prints it.
+  std::vector<std::pair<std::string, std::string>> row_filtered;
+  std::vector<std::string> column_listed;
 
   // OK when the publication exists and publishes every table, through the root where
   // one is partitioned; else kFailedPrecondition naming the fix (the ALTER PUBLICATION or
   // CREATE PUBLICATION to run). `may_create`: a missing publication is OK (walrelay
-  // creates it).
+  // creates it). A publication that would skip outbox rows silently, whose events the
+  // slot would be confirmed past (it does not publish inserts, or it filters rows or
+  // columns of an outbox table), is kInvalidArgument: a configuration no restart cures
+  // (exit 2), with the fix and what to republish after it.
   Status Verdict(std::string_view publication, bool may_create) const;
 };
 

@@ -82,6 +82,46 @@ TEST_F(RelayTest, PartitionedOutboxPublishesThroughItsRoot) {
   EXPECT_EQ(*via_root, "t");
 }
 
+// A publication altered while the relay runs so that it skips outbox rows (here: no longer
+// publishing inserts) is refused at the next session start, with the fix: the relay stops
+// (kInvalidArgument, exit 2) and the slot is not confirmed past the rows committed since.
+// Before, the new session streamed on, ready, confirming the slot past events that never
+// reached Kafka.
+TEST_F(RelayTest, PublicationAlteredToSkipInsertsStopsTheRelayAtTheNextSession) {
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec(InsertEvents("outbox", 0, 10)).ok());
+  ASSERT_EQ(DistinctEventIds(10, 30s).size(), 10u);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  const Lsn confirmed_before = ConfirmedFlush();
+
+  // The alteration, then a new session: the walsender ends as in a network cut.
+  ASSERT_TRUE(pg_->Exec("ALTER PUBLICATION walrelay_outbox SET (publish = 'update, delete')").ok());
+  ASSERT_TRUE(pg_->Exec(InsertEvents("outbox", 10, 5)).ok());
+  auto written = pg_->QueryScalar("SELECT pg_current_wal_lsn()");
+  ASSERT_TRUE(written.ok());
+  auto terminated = pg_->QueryScalar(
+      "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE "
+      "active_pid IS NOT NULL");
+  ASSERT_TRUE(terminated.ok());
+  ASSERT_EQ(*terminated, "1") << "premise: the relay's walsender was streaming";
+
+  ASSERT_TRUE(testing::WaitFor([&] { return run_returned_.load(); }, 30s))
+      << "the relay kept running on a publication that skips inserts";
+  thread_.join();
+  relay_.reset();
+  EXPECT_EQ(run_status_.code(), StatusCode::kInvalidArgument) << run_status_.ToString();
+  EXPECT_NE(run_status_.message().find("ALTER PUBLICATION walrelay_outbox SET (publish = "
+                                       "'insert, update, delete');"),
+            std::string::npos)
+      << run_status_.ToString();
+  const std::optional<Lsn> after = Lsn::Parse(*written);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_LT(ConfirmedFlush(), *after)
+      << "the slot was confirmed past rows the publication skipped (confirmed before the "
+         "alteration: "
+      << confirmed_before.ToString() << ")";
+}
+
 // A publication wider than the outbox: changes of other tables are counted, never silent,
 // and the outbox's events still arrive.
 TEST_F(RelayTest, ChangesOfOtherTablesAreCounted) {

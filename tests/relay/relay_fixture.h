@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -55,7 +56,11 @@ class RelayTest : public ::testing::Test {
 
   void StartRelay() {
     relay_ = std::make_unique<Relay>(config_);
-    thread_ = std::thread([this] { run_status_ = relay_->Run(); });
+    run_returned_ = false;
+    thread_ = std::thread([this] {
+      run_status_ = relay_->Run();
+      run_returned_ = true;
+    });
     // Events written before the slot exists are not in its stream: wait for it (Apache
     // Kafka restarted a moment ago may take a few seconds to give the producer an id).
     for (int i = 0; i < 1500 && relay_->stats().streaming.load() == 0; ++i) {
@@ -124,6 +129,7 @@ class RelayTest : public ::testing::Test {
   std::unique_ptr<Relay> relay_;
   std::thread thread_;
   Status run_status_;
+  std::atomic<bool> run_returned_{false};  // run_status_ is set (Run returned on its own)
 };
 
 }  // namespace walrelay::relay
