@@ -67,7 +67,7 @@ for design in $DESIGNS; do
   q "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots" >/dev/null
   q "DROP TABLE IF EXISTS outbox, walrelay_progress, walrelay_dead_letter CASCADE; DROP PUBLICATION IF EXISTS walrelay_outbox" >/dev/null
   # shellcheck disable=SC2046
-  "$WALRELAY" setup --source-dsn "$DSN" $(design_flags "$design") >"$WORK/setup.$design.log" 2>&1 ||
+  "$WALRELAY" setup --create-tables --source-dsn "$DSN" $(design_flags "$design") >"$WORK/setup.$design.log" 2>&1 ||
     { cat "$WORK/setup.$design.log" >&2; exit 1; }
   delete_rows=false
   [[ $design == same-transaction ]] && delete_rows=true

@@ -42,7 +42,7 @@ command -v curl >/dev/null || { echo "curl is needed" >&2; exit 2; }
 bench_start synchronous_commit=on
 [[ $MODE == pinned ]] && taskset -a -p -c 1 "$BROKER_PID" >/dev/null
 
-"$WALRELAY" setup --source-dsn "$DSN" --source-create-slot false >"$WORK/setup.log" 2>&1  # each profile makes its own slot
+"$WALRELAY" setup --create-tables --source-dsn "$DSN" --source-create-slot false >"$WORK/setup.log" 2>&1  # each profile makes its own slot
 cat >"$WORK/ins.sql" <<'SQL'
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
 VALUES ('payment', 'w' || (random() * 1000)::int, 'PaymentCaptured',

@@ -66,7 +66,7 @@ fresh_outbox() {  # mode
   q "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots" >/dev/null
   q "DROP TABLE IF EXISTS outbox, walrelay_progress, walrelay_dead_letter; DROP PUBLICATION IF EXISTS walrelay_outbox" >/dev/null
   # shellcheck disable=SC2046
-  "$WALRELAY" setup --source-dsn "$DSN" $( [[ $1 == poll ]] && echo --source-mode poll ) \
+  "$WALRELAY" setup --create-tables --source-dsn "$DSN" $( [[ $1 == poll ]] && echo --source-mode poll ) \
     >"$WORK/setup.$1.log" 2>&1 || { cat "$WORK/setup.$1.log" >&2; exit 1; }
 }
 

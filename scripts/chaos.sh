@@ -212,7 +212,7 @@ fi
 BOOT=$(sed -n 's/^bootstrap=//p' "$WORK/bootstrap")
 [[ -n $BOOT ]] || { cat "$WORK/devbroker.log" "$WORK/kafka-start.log" >&2 2>/dev/null; exit 1; }
 
-"$WALRELAY" setup --source-dsn "$DSN" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; exit 1; }
+"$WALRELAY" setup --create-tables --source-dsn "$DSN" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; exit 1; }
 q "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
      event_id uuid NOT NULL UNIQUE, wallet text NOT NULL, amount bigint NOT NULL,
      seq bigint NOT NULL, tableless boolean NOT NULL);

@@ -88,7 +88,7 @@ echo "    postgres: $DSN"
 echo "    kafka:    $BOOTSTRAP"
 
 say "4/7 walrelay setup, and the billing service's own table"
-"$WALRELAY" setup --source-dsn "$DSN"
+"$WALRELAY" setup --create-tables --source-dsn "$DSN"
 psql -q -v ON_ERROR_STOP=1 -c "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   event_id uuid NOT NULL DEFAULT gen_random_uuid(), wallet text NOT NULL, amount bigint NOT NULL,
   seq bigint NOT NULL)"

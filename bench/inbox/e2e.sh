@@ -61,7 +61,7 @@ export PGHOST PGPORT PGUSER PGDATABASE
 DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE"
 q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
 
-"$WALRELAY" setup --source-dsn "$DSN" >"$WORK/setup.log" 2>&1
+"$WALRELAY" setup --create-tables --source-dsn "$DSN" >"$WORK/setup.log" 2>&1
 log "PostgreSQL $(q 'SHOW server_version') at $PGHOST:$PGPORT; loading $N events in transactions of $TX"
 psql -X -q -v ON_ERROR_STOP=1 <<SQL
 DO \$\$

@@ -253,13 +253,20 @@ int main(int argc, char** argv) {
 
   CLI::App* setup = app.add_subcommand(
       "setup",
-      "Create (idempotently) the outbox tables, the dead-letter table, the publication and the "
-      "slot, and check the server settings. Takes the same options as `run`.");
+      "Create (idempotently) the dead-letter and progress tables, the publication and the "
+      "slot (the outbox tables too with --create-tables), check the server settings, and say "
+      "per object whether it existed or was created. Takes the same options as `run`.");
   walrelay::cli::RunOptionBinder setup_binder(setup);
-  bool dry_run = false, no_tables = false;
+  bool dry_run = false, create_tables = false, no_tables = false;
   setup->add_flag("--dry-run", dry_run, "Print the SQL instead of running it");
-  setup->add_flag("--no-tables", no_tables,
-                  "Do not create outbox tables (they exist with another schema)");
+  CLI::Option* create_tables_flag = setup->add_flag(
+      "--create-tables", create_tables,
+      "Create the outbox tables that do not exist, with the documented schema. Without it an "
+      "outbox table that does not exist is refused (exit 2, nothing created): a misspelled "
+      "--source-table is an error, not a new empty table");
+  // Before --create-tables, tables were created unless --no-tables: kept so that old
+  // scripts run, now the default.
+  setup->add_flag("--no-tables", no_tables, "")->group("")->excludes(create_tables_flag);
 
   CLI::App* cutover = app.add_subcommand(
       "cutover", "Take over the slot of a stopped CDC connector and stream from it.");
@@ -386,10 +393,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     (void)walrelay::cli::SetLogFormat(config->log_format);
-    walrelay::Status st = walrelay::cli::RunSetup(*config, !no_tables, dry_run);
+    walrelay::Status st = walrelay::cli::RunSetup(*config, create_tables, dry_run);
     if (!st.ok()) {
       std::cerr << "walrelay setup: " << st.ToString() << "\n";
-      return 1;
+      return walrelay::cli::ExitCodeFor(st);
     }
     return 0;
   }

@@ -106,6 +106,39 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
   return sql;
 }
 
+namespace {
+
+// Whether `relation` (SQL text, quoted as needed) exists.
+Result<bool> RelationExists(PGconn* conn, const std::string& relation) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr r,
+      slot::ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL", {relation.c_str()},
+                   "setup: looking up table " + relation));
+  return std::string_view(PQgetvalue(r.get(), 0, 0)) == "t";
+}
+
+// Tables that look like outbox tables (they have the aggregate id column), for the
+// "did you mean" of a configured table that does not exist.
+Result<std::vector<std::string>> OutboxLikeTables(PGconn* conn, const std::string& column) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr r,
+      slot::ExecPg(conn,
+                   "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN "
+                   "pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p') AND "
+                   "NOT c.relispartition AND n.nspname NOT IN ('pg_catalog', "
+                   "'information_schema') AND EXISTS (SELECT 1 FROM pg_attribute a WHERE "
+                   "a.attrelid = c.oid AND a.attname = $1 AND NOT a.attisdropped) ORDER BY 1 "
+                   "LIMIT 5",
+                   {column.c_str()}, "setup: listing outbox-like tables"));
+  std::vector<std::string> names;
+  for (int i = 0; i < PQntuples(r.get()); ++i) names.emplace_back(PQgetvalue(r.get(), i, 0));
+  return names;
+}
+
+const char* Outcome(bool existed) { return existed ? "existed" : "created"; }
+
+}  // namespace
+
 Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run) {
   if (dry_run) {
     const auto statements = SetupStatements(config, create_tables);
@@ -126,6 +159,51 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgConnPtr conn,
       slot::ConnectPg(conninfo, nullptr, "setup connection", slot::kRelaySession));
+  // The server's notices ("relation ... already exists, skipping") are what the outcome
+  // lines below say once per object.
+  PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
+
+  // What exists before: an outbox table is created only when asked (--create-tables), so a
+  // misspelled name is refused before anything is made, instead of an empty table, a
+  // publication and a slot that would stream nothing of the real one.
+  std::vector<bool> table_existed;
+  std::vector<std::string> missing;
+  for (const auto& t : config.tables) {
+    WALRELAY_ASSIGN_OR_RETURN(bool exists, RelationExists(conn.get(), QuoteQualifiedName(t)));
+    table_existed.push_back(exists);
+    if (!exists) missing.push_back(t);
+  }
+  if (!missing.empty() && !create_tables) {
+    std::string list;
+    for (const auto& t : missing) list += (list.empty() ? "" : ", ") + t;
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<std::string> like,
+                              OutboxLikeTables(conn.get(), config.columns.aggregate_id));
+    std::string hint;
+    for (const auto& t : like) hint += (hint.empty() ? "" : ", ") + t;
+    return InvalidArgumentError(
+        "outbox table " + list + " does not exist, and setup creates outbox tables only "
+        "when asked; nothing was created. " +
+        (hint.empty() ? std::string("No table here has a column ") + config.columns.aggregate_id +
+                            ". "
+                      : "Tables here with a column " + config.columns.aggregate_id + ": " +
+                            hint + " (did you mean one of them?). ") +
+        "Fix: name the existing table (--source-table / source.tables), or create it: "
+        "`walrelay setup --create-tables` (the documented schema) or your own migration");
+  }
+  WALRELAY_ASSIGN_OR_RETURN(bool dead_letters_existed,
+                            RelationExists(conn.get(), QuoteQualifiedName(config.dead_letter_table)));
+  WALRELAY_ASSIGN_OR_RETURN(bool progress_existed,
+                            RelationExists(conn.get(), QuoteQualifiedName(config.progress_table)));
+  bool publication_existed = false;
+  if (!poll && !config.tables.empty()) {
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn.get(), "SELECT 1 FROM pg_publication WHERE pubname = $1",
+                     {config.publication.c_str()}, "setup: looking up the publication"));
+    publication_existed = PQntuples(r.get()) == 1;
+  }
+  const bool slot_existed = admin->GetSlot(config.slot).ok();
+
   // Outbox tables that exist and are partitioned (the user's own): their poll indexes
   // cannot be built concurrently.
   std::set<std::string> partitioned;
@@ -142,46 +220,55 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   const auto statements = SetupStatements(config, create_tables, partitioned);
   for (const auto& s : statements) {
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
-    std::cerr << "ok: " << s.substr(0, s.find('\n')) << (s.find('\n') != s.npos ? " ..." : "")
-              << "\n";
   }
+  // One line per object, with its outcome.
+  for (size_t i = 0; i < config.tables.size(); ++i) {
+    std::cerr << "outbox table " << config.tables[i] << ": "
+              << (table_existed[i] ? "existed" : "created (--create-tables)")
+              << (poll ? ", poll columns and indexes ensured" : "") << "\n";
+  }
+  std::cerr << "dead-letter table " << config.dead_letter_table << ": "
+            << Outcome(dead_letters_existed) << "\n";
+  std::cerr << "progress table " << config.progress_table << ": " << Outcome(progress_existed)
+            << "\n";
   if (poll) {
-    if (auto slot = admin->GetSlot(config.slot); slot.ok()) {
+    if (slot_existed) {
       std::cerr << "warning: replication slot " << config.slot
                 << " still exists: nothing reads it in poll mode, so it keeps WAL until the "
                    "disk fills (or max_slot_wal_keep_size invalidates it). Once the WAL relay "
                    "is stopped for good, drop it: SELECT pg_drop_replication_slot("
                 << QuoteLiteral(config.slot) << ");\n";
     }
-    std::cerr << "setup complete for poll mode (no publication, no slot), tables";
-    for (const auto& t : config.tables) std::cerr << " " << t;
-    std::cerr << "\n";
+    std::cerr << "setup complete for poll mode (no publication, no slot)\n";
     return Status::Ok();
   }
+  // Checks an existing publication (it publishes inserts of every table, whole).
   WALRELAY_RETURN_IF_ERROR(admin->EnsurePublication(config.publication, config.tables).status());
-  if (!config.create_slot) {
-    std::cerr << "no slot created (source.create_slot = false): create " << config.slot
-              << " yourself before walrelay run starts, e.g. SELECT "
-                 "pg_create_logical_replication_slot("
+  std::cerr << "publication " << config.publication << ": "
+            << (publication_existed ? "existed, checked: publishes every outbox table's inserts, "
+                                      "whole"
+                                    : "created")
+            << "\n";
+  std::cerr << "slot " << config.slot << ": ";
+  if (slot_existed) {
+    std::cerr << "existed\n";
+  } else if (!config.create_slot) {
+    std::cerr << "not created (source.create_slot = false): create it yourself before walrelay "
+                 "run starts, e.g. SELECT pg_create_logical_replication_slot("
               << QuoteLiteral(config.slot) << ", " << QuoteLiteral(config.plugin)
               << "); events committed before the slot exists are not in it\n";
-  }
-  bool slot_made = config.create_slot;
-  if (config.create_slot && admin->GetSlot(config.slot).status().code() == StatusCode::kNotFound) {
-    slot_made = false;
-    std::cerr << "warning: replication slot " << config.slot
-              << " was NOT created: walrelay has streamed it before (" << config.progress_table
+  } else if (admin->GetSlot(config.slot).status().code() == StatusCode::kNotFound) {
+    std::cerr << "NOT created: walrelay has streamed it before (" << config.progress_table
               << " has its progress), so it was dropped or lost since. A slot made now would "
                  "start now and skip, without a word, every event committed since then. "
                  "`walrelay run` recovers it (it makes the slot anew and republishes the "
                  "outbox rows after the recorded bound; duplicates, nothing lost), or refuses "
                  "with exit code 3 when --recovery-enabled is false (docs/operations.md, lost "
                  "slot)\n";
+  } else {
+    std::cerr << "created (" << config.plugin << ")\n";
   }
-  std::cerr << "setup complete: publication " << config.publication << ", slot "
-            << (slot_made ? config.slot : "(none)") << ", tables";
-  for (const auto& t : config.tables) std::cerr << " " << t;
-  std::cerr << "\n";
+  std::cerr << "setup complete\n";
   return Status::Ok();
 }
 

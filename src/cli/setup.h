@@ -1,7 +1,8 @@
 // `walrelay setup`: creates, idempotently, what `walrelay run` needs in the source
-// database — the outbox tables (documented schema), the dead-letter and progress tables,
-// the publication and the logical slot (of source.plugin) — and checks the server settings, explaining what to
-// change. `--dry-run` prints the SQL instead of running it.
+// database — the dead-letter and progress tables, the publication and the logical slot (of
+// source.plugin), and the outbox tables (documented schema) only when asked — and checks the
+// server settings, explaining what to change. `--dry-run` prints the SQL instead of running
+// it.
 #pragma once
 
 #include <set>
@@ -20,7 +21,10 @@ namespace walrelay::cli {
 std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables,
                                          const std::set<std::string>& partitioned_tables = {});
 
-// Runs the statements and the settings checks; progress and advice go to stderr.
+// Runs the statements and the settings checks; one outcome line per object (existed or
+// created) and advice go to stderr. `create_tables` false: a configured outbox table that
+// does not exist is kInvalidArgument before anything is created (with the tables that look
+// like outbox tables, for a misspelled name).
 Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run);
 
 }  // namespace walrelay::cli

@@ -46,7 +46,7 @@ class SetupTest : public ::testing::Test {
 };
 
 TEST_F(SetupTest, DryRunPrintsTheSqlAndChangesNothing) {
-  CommandResult r = RunWalrelay("setup --dry-run " + dsn_);
+  CommandResult r = RunWalrelay("setup --dry-run --create-tables " + dsn_);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("CREATE TABLE IF NOT EXISTS \"public\".\"outbox\""), std::string::npos);
   EXPECT_NE(r.output.find("CREATE PUBLICATION \"walrelay_outbox\""), std::string::npos);
@@ -61,13 +61,13 @@ TEST_F(SetupTest, DryRunPrintsTheSqlAndChangesNothing) {
 // slot with the same statement. Off: an ordinary slot on every version.
 TEST_F(SetupTest, MakesAFailoverSlotFrom17On) {
   const bool failover_slots = std::stoi(Scalar("SHOW server_version_num")) >= 170000;
-  CommandResult r = RunWalrelay("setup " + dsn_);
+  CommandResult r = RunWalrelay("setup --create-tables " + dsn_);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walrelay'"), "1");
   if (failover_slots) {
     EXPECT_EQ(Scalar("SELECT failover FROM pg_replication_slots WHERE slot_name = 'walrelay'"), "t");
   }
-  r = RunWalrelay("setup " + dsn_ + " --source-slot plain --source-slot-failover false");
+  r = RunWalrelay("setup --create-tables " + dsn_ + " --source-slot plain --source-slot-failover false");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'plain'"), "1");
   if (failover_slots) {
@@ -82,9 +82,9 @@ TEST_F(SetupTest, MakesAFailoverSlotFrom17On) {
 // older than A's bound as published, and nobody ever published them. Only tables of the
 // publication the WAL relay streamed count.
 TEST_F(SetupTest, PollSetupMarksOnlyRowsTheWalRelayStreamed) {
-  CommandResult r = RunWalrelay("setup " + dsn_);  // deployment A: public.outbox, WAL mode
+  CommandResult r = RunWalrelay("setup --create-tables " + dsn_);  // deployment A: public.outbox, WAL mode
   ASSERT_EQ(r.code, 0) << r.output;
-  r = RunWalrelay("setup " + dsn_ + " --source-mode poll --source-table public.b_outbox");
+  r = RunWalrelay("setup --create-tables " + dsn_ + " --source-mode poll --source-table public.b_outbox");
   ASSERT_EQ(r.code, 0) << r.output;
   ASSERT_TRUE(pg_->Exec("INSERT INTO public.b_outbox (aggregate_type, aggregate_id, event_type, "
                         "payload) SELECT 'payment', 'b-' || g, 'E', '{}' FROM "
@@ -98,19 +98,19 @@ TEST_F(SetupTest, PollSetupMarksOnlyRowsTheWalRelayStreamed) {
                         "VALUES ('walrelay', '*', pg_current_snapshot(), "
                         "pg_current_wal_insert_lsn())")
                   .ok());
-  r = RunWalrelay("setup " + dsn_ + " --source-mode poll --source-table public.b_outbox");
+  r = RunWalrelay("setup --create-tables " + dsn_ + " --source-mode poll --source-table public.b_outbox");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Scalar("SELECT count(*) FROM public.b_outbox WHERE published_at IS NULL"), "10")
       << "rows nobody published were marked published";
   // A's own switch to poll mode still counts what A delivered.
-  r = RunWalrelay("setup " + dsn_ + " --source-mode poll");
+  r = RunWalrelay("setup --create-tables " + dsn_ + " --source-mode poll");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Scalar("SELECT count(*) FROM public.outbox WHERE published_at IS NULL"), "0");
 }
 
 TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
   for (int i = 0; i < 2; ++i) {
-    CommandResult r = RunWalrelay("setup " + dsn_ +
+    CommandResult r = RunWalrelay("setup --create-tables " + dsn_ +
                                   " --source-table public.outbox --source-table "
                                   "billing.outbox");
     ASSERT_EQ(r.code, 0) << "run " << i << ": " << r.output;
@@ -130,7 +130,7 @@ TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
             "autovacuum_vacuum_insert_scale_factor=0,autovacuum_vacuum_insert_threshold=100000,"
             "autovacuum_vacuum_cost_delay=0,fillfactor=100");
   // The unbounded max_slot_wal_keep_size of a default cluster is called out.
-  CommandResult r = RunWalrelay("setup " + dsn_);
+  CommandResult r = RunWalrelay("setup --create-tables " + dsn_);
   EXPECT_NE(r.output.find("max_slot_wal_keep_size = -1"), std::string::npos) << r.output;
 }
 
@@ -139,7 +139,7 @@ TEST_F(SetupTest, CreatesEverythingAndIsIdempotent) {
 // root; again, it changes nothing; a write lands in today's partition.
 TEST_F(SetupTest, PartitionedOutboxWithAWeekOfPartitionsAhead) {
   for (int i = 0; i < 2; ++i) {
-    CommandResult r = RunWalrelay("setup " + dsn_ +
+    CommandResult r = RunWalrelay("setup --create-tables " + dsn_ +
                                   " --outbox-cleanup partitions --outbox-retention-ms 86400000");
     ASSERT_EQ(r.code, 0) << "run " << i << ": " << r.output;
   }
@@ -191,7 +191,7 @@ TEST_F(SetupTest, UserPartitionedOutboxOfEveryKindGoesThroughSetupInBothModes) {
       " --source-table public.o_range --source-table public.o_list --source-table public.o_hash";
   for (const char* mode : {"wal", "poll"}) {
     for (int i = 0; i < 2; ++i) {
-      CommandResult r = RunWalrelay("setup " + dsn_ + tables + " --source-mode " + mode);
+      CommandResult r = RunWalrelay("setup --create-tables " + dsn_ + tables + " --source-mode " + mode);
       ASSERT_EQ(r.code, 0) << mode << " run " << i << ": " << r.output;
     }
   }
@@ -227,23 +227,77 @@ TEST_F(SetupTest, UserPartitionedOutboxOfEveryKindGoesThroughSetupInBothModes) {
 // progress row exists): a slot made now would start now and skip every event committed
 // since the old one was lost or dropped. It says so, and `run` recovers or refuses.
 TEST_F(SetupTest, NoSlotAnewWhereWalrelayStreamedOneBefore) {
-  CommandResult first = RunWalrelay("setup " + dsn_);
+  CommandResult first = RunWalrelay("setup --create-tables " + dsn_);
   ASSERT_EQ(first.code, 0) << first.output;
   ASSERT_TRUE(pg_->Exec("INSERT INTO walrelay_progress (slot, source, bound_snapshot, bound_lsn) "
                         "VALUES ('walrelay', '*', pg_current_snapshot(), "
                         "pg_current_wal_insert_lsn());"
                         "SELECT pg_drop_replication_slot('walrelay')")
                   .ok());
-  CommandResult again = RunWalrelay("setup " + dsn_);
+  CommandResult again = RunWalrelay("setup --create-tables " + dsn_);
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots"), "0");
-  EXPECT_NE(again.output.find("replication slot walrelay was NOT created"), std::string::npos)
+  EXPECT_NE(again.output.find("slot walrelay: NOT created"), std::string::npos)
       << again.output;
   EXPECT_NE(again.output.find("`walrelay run` recovers it"), std::string::npos) << again.output;
 }
 
+// Issue 42 item 2: a misspelled --source-table made a new empty outbox table, a
+// publication and a slot for it, and said "setup complete"; the relay then streamed the
+// empty table while the real one's events were never published. Now setup creates an
+// outbox table only with --create-tables, refuses a missing one before creating anything
+// (exit 2, with the tables that look like outbox tables), and says per object whether it
+// existed or was created.
+TEST_F(SetupTest, AMisspelledOutboxTableIsRefusedAndNothingIsCreated) {
+  ASSERT_TRUE(pg_->Exec("CREATE TABLE public.outbox (id bigint GENERATED ALWAYS AS IDENTITY "
+                        "PRIMARY KEY, event_id uuid NOT NULL DEFAULT gen_random_uuid(), "
+                        "aggregate_type text, aggregate_id text NOT NULL, topic text, event_type "
+                        "text NOT NULL, payload jsonb NOT NULL, headers jsonb, created_at "
+                        "timestamptz NOT NULL DEFAULT now())")
+                  .ok());
+  CommandResult r = RunWalrelay("setup " + dsn_ + " --source-table public.outbx");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("outbox table public.outbx does not exist"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("did you mean one of them?"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("public.outbox"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--create-tables"), std::string::npos) << r.output;
+  EXPECT_EQ(Scalar("SELECT to_regclass('public.outbx') IS NULL"), "t");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_publication"), "0");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots"), "0");
+  EXPECT_EQ(Scalar("SELECT to_regclass('walrelay_dead_letter') IS NULL"), "t");
+
+  // The right name: the table existed, the rest is created, one line each.
+  r = RunWalrelay("setup " + dsn_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("outbox table public.outbox: existed\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dead-letter table walrelay_dead_letter: created\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("publication walrelay_outbox: created\n"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("slot walrelay: created (pgoutput)\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("NOTICE"), std::string::npos) << r.output;
+  r = RunWalrelay("setup " + dsn_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dead-letter table walrelay_dead_letter: existed\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("slot walrelay: existed\n"), std::string::npos) << r.output;
+
+  // Asked to: a new table is created, and says so.
+  r = RunWalrelay("setup --create-tables " + dsn_ +
+                  " --source-table public.outbox --source-table app.more_events --source-slot s2 "
+                  "--source-publication p2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("outbox table app.more_events: created (--create-tables)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(Scalar("SELECT to_regclass('app.more_events') IS NOT NULL"), "t");
+}
+
 TEST_F(SetupTest, CreatesTheSlotOfTheConfiguredPlugin) {
-  CommandResult r = RunWalrelay("setup " + dsn_ + " --source-plugin wal2json");
+  CommandResult r = RunWalrelay("setup --create-tables " + dsn_ + " --source-plugin wal2json");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Scalar("SELECT plugin FROM pg_replication_slots WHERE slot_name = 'walrelay'"),
             "wal2json");
@@ -253,17 +307,17 @@ TEST_F(SetupTest, CreatesTheSlotOfTheConfiguredPlugin) {
 // made the slot anyway, a slot nobody reads that pins WAL. Now it makes everything else
 // and says how the slot will come.
 TEST_F(SetupTest, NoSlotWhenCreateSlotIsOff) {
-  CommandResult r = RunWalrelay("setup " + dsn_ + " --source-create-slot false");
+  CommandResult r = RunWalrelay("setup --create-tables " + dsn_ + " --source-create-slot false");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Scalar("SELECT count(*) FROM pg_replication_slots"), "0");
   EXPECT_EQ(Scalar("SELECT count(*) FROM pg_publication WHERE pubname = 'walrelay_outbox'"), "1");
-  EXPECT_NE(r.output.find("no slot created"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("slot walrelay: not created (source.create_slot = false)"), std::string::npos) << r.output;
 }
 
 TEST_F(SetupTest, WrongWalLevelIsExplained) {
   ASSERT_TRUE(pg_->Exec("ALTER SYSTEM SET wal_level = replica").ok());
   ASSERT_TRUE(pg_->Restart().ok());
-  CommandResult r = RunWalrelay("setup " + dsn_);
+  CommandResult r = RunWalrelay("setup --create-tables " + dsn_);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("wal_level = logical"), std::string::npos) << r.output;
 }
