@@ -216,9 +216,23 @@ int RunRedrive(const walrelay::relay::RelayConfig& config,
     spdlog::critical("dead-letters retry failed (exit {}): {}", code, result.status().message());
     return code;
   }
-  std::cout << "re-driven: " << result->published << " published, " << result->failed
-            << " failed again (their new reason is on the letter)\n";
-  return result->failed == 0 ? 0 : 1;
+  std::cout << "re-driven: " << result->published << " published";
+  if (result->published_again > 0) {
+    std::cout << " (" << result->published_again
+              << " of them after an attempt whose outcome was unknown: a consumer may see "
+                 "those twice)";
+  }
+  std::cout << ", " << result->failed << " failed again (their new reason is on the letter)";
+  if (!result->skipped_attempted.empty()) {
+    std::cout << ", " << result->skipped_attempted.size()
+              << " skipped: an earlier re-drive produced them without recording the outcome, "
+                 "so they may be in Kafka already (ids";
+    for (int64_t id : result->skipped_attempted) std::cout << " " << id;
+    std::cout << "); check, then retry them with --include-attempted to publish them again "
+                 "knowingly";
+  }
+  std::cout << "\n";
+  return result->failed == 0 && result->skipped_attempted.empty() ? 0 : 1;
 }
 
 }  // namespace
@@ -362,6 +376,10 @@ int main(int argc, char** argv) {
   dl_list->add_option("--limit", dl_selection.limit, "At most this many (default 1000)");
   dl_list->add_flag("--json", dl_json, "One JSON object per line");
   dl_retry->add_flag("--all", dl_all, "Every letter not yet published (or those --since)");
+  dl_retry->add_flag("--include-attempted", dl_selection.include_attempted,
+                     "Also letters an earlier retry produced without recording the outcome "
+                     "(re-drive 'attempted': a crash or a refused UPDATE in between). They may "
+                     "be in Kafka already: a consumer may see them twice (same event id)");
 
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");

@@ -299,6 +299,75 @@ TEST_F(RelayTest, DeadLettersAreListedAndRedrivenOnceTheCauseIsFixed) {
   EXPECT_EQ(kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.refund", 1), 1);
 }
 
+// Issue 42 item 4: `dead-letters retry` published the record, then failed to record the
+// outcome (here: a role without UPDATE on the dead-letter table, as the documented grants
+// were), and the next retry published it again. The attempt is now recorded before the
+// record is produced: without UPDATE nothing is published; a letter left 'attempted' (a
+// crash after producing) is skipped and named, and published again only when asked, saying
+// that it may repeat.
+TEST_F(RelayTest, DeadLetterRetryRecordsTheAttemptFirstAndNeverRepublishesSilently) {
+  config_.allowed_topics = {"outbox.payment"};
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, topic, event_type, "
+                        "payload) VALUES ('refund', 'r1', 'outbox.refund', 'Refunded', "
+                        "'{\"n\":1}')")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  StopRelay();
+  ASSERT_EQ(*pg_->QueryScalar("SELECT count(*) FROM walrelay_dead_letter"), "1");
+  ASSERT_TRUE(kafka_->CreateTopic("outbox.refund", 1, 3).ok());
+  config_.allowed_topics = {"outbox.payment", "outbox.refund"};
+  auto refund_records = [&] {
+    return kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.refund", 1);
+  };
+
+  // A role that may read and insert dead letters but not update them.
+  ASSERT_TRUE(pg_->Exec("CREATE ROLE redriver LOGIN; GRANT SELECT ON outbox TO redriver; "
+                        "GRANT SELECT, INSERT ON walrelay_dead_letter TO redriver")
+                  .ok());
+  RelayConfig limited = config_;
+  limited.source_dsn = pg_->conninfo_for_user("redriver");
+  DeadLetterSelection all;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto refused = RedriveDeadLetters(limited, all);
+    ASSERT_FALSE(refused.ok()) << "premise: the role cannot record outcomes";
+    EXPECT_NE(refused.status().message().find("recording the attempt on letter"),
+              std::string::npos)
+        << refused.status().ToString();
+    EXPECT_NE(refused.status().message().find("nothing of it was published"), std::string::npos)
+        << refused.status().ToString();
+  }
+  EXPECT_EQ(refund_records(), 0) << "a retry that could not record its outcome published";
+  EXPECT_EQ(*pg_->QueryScalar("SELECT redrive_outcome IS NULL FROM walrelay_dead_letter"), "t");
+
+  // What a retry killed between producing and recording leaves: 'attempted'.
+  ASSERT_TRUE(pg_->Exec("UPDATE walrelay_dead_letter SET redrive_outcome = 'attempted', "
+                        "redriven_at = now()")
+                  .ok());
+  auto skipped = RedriveDeadLetters(config_, all);
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  EXPECT_EQ(skipped->published, 0);
+  ASSERT_EQ(skipped->skipped_attempted.size(), 1u);
+  EXPECT_EQ(refund_records(), 0);
+  auto listed = ListDeadLetters(config_, {});
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u) << "an attempted letter is still listed";
+  EXPECT_EQ((*listed)[0].redrive_outcome, std::optional<std::string>("attempted"));
+
+  DeadLetterSelection knowingly;
+  knowingly.include_attempted = true;
+  auto again = RedriveDeadLetters(config_, knowingly);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->published, 1);
+  EXPECT_EQ(again->published_again, 1);
+  EXPECT_EQ(refund_records(), 1);
+  EXPECT_EQ(*pg_->QueryScalar("SELECT redrive_outcome FROM walrelay_dead_letter"), "published");
+  auto done = RedriveDeadLetters(config_, knowingly);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->published, 0);
+  EXPECT_EQ(refund_records(), 1);
+}
+
 // Issue 14, the janitor: with outbox.retention_ms set, delivered rows older than it are
 // deleted in batches, so the outbox stays bounded; while the brokers are down nothing is
 // delivered, so nothing is deleted (the table grows); once they are back everything

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "base/sql.h"
 #include "slot/pg_error.h"
@@ -17,6 +18,9 @@
 
 namespace walrelay::relay {
 namespace {
+
+// redrive_outcome of a letter whose record was produced and whose outcome is unknown yet.
+constexpr const char* kAttempted = "attempted";
 
 std::optional<std::string> Text(const PGresult* r, int row, int col) {
   if (PQgetisnull(r, row, col)) return std::nullopt;
@@ -94,8 +98,28 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
                             slot::ConnectPg(conninfo, nullptr, "dead-letter re-drive"));
   DeadLetterSelection pending = selection;
   pending.include_published = false;
-  WALRELAY_ASSIGN_OR_RETURN(std::vector<DeadLetterInfo> letters,
+  WALRELAY_ASSIGN_OR_RETURN(std::vector<DeadLetterInfo> selected,
                             Select(conn.get(), config, pending, /*limit=*/0));
+  RedriveResult result;
+  std::vector<DeadLetterInfo> letters;
+  std::set<int64_t> attempted_before;
+  for (DeadLetterInfo& l : selected) {
+    if (l.redrive_outcome == std::optional<std::string>(kAttempted)) {
+      if (!selection.include_attempted) {
+        result.skipped_attempted.push_back(l.id);
+        spdlog::warn(
+            "dead letter {}: skipped: an earlier re-drive (at {}) produced it but never "
+            "recorded the outcome (a crash or a refused UPDATE in between), so it may be in "
+            "Kafka already. Check the topic for event {}; to publish it again knowingly (a "
+            "consumer may see it twice, with the same event id) retry with "
+            "--include-attempted",
+            l.id, l.redriven_at.value_or("?"), l.event_id.value_or("-"));
+        continue;
+      }
+      attempted_before.insert(l.id);
+    }
+    letters.push_back(std::move(l));
+  }
   WALRELAY_ASSIGN_OR_RETURN(std::unique_ptr<KafkaSink> sink, StandaloneKafkaSink(config));
 
   // Outcome per letter id: "" while in flight, "published", or the failure reason.
@@ -109,6 +133,10 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
   OutboxEvent event;
   RecordBuilder record(config);
   std::map<std::string, bool> bytea_tables;
+  const std::string mark_attempted = "UPDATE " + QuoteQualifiedName(config.dead_letter_table) +
+                                     " SET redriven_at = now(), redrive_outcome = '" +
+                                     std::string(kAttempted) + "' WHERE id = $1::bigint";
+  Status stopped;  // the first error that ended the loop; outcomes so far are still recorded
   for (const DeadLetterInfo& l : letters) {
     // The row, when it is a configured outbox table's and still there.
     Status mapped = InvalidArgumentError("not mapped");
@@ -161,6 +189,17 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
     position.recovered = l.recovered;
     position.source = l.source;
     record.Build(event, position);
+    // The attempt, recorded before the record can reach Kafka: whatever happens after
+    // this, the next retry will not publish it again without saying so.
+    const std::string id_text = std::to_string(l.id);
+    Status marked = slot::ExecPg(conn.get(), mark_attempted, {id_text.c_str()},
+                                 "re-drive: recording the attempt on letter " + id_text +
+                                     " before publishing it (nothing of it was published)")
+                        .status();
+    if (!marked.ok()) {
+      stopped = marked;
+      break;
+    }
     outcome[l.id] = "";
     Status produced = sink->Produce(event.topic, event.key, record.value(), record.headers(),
                                     static_cast<uint64_t>(l.id), /*timestamp_ms=*/0);
@@ -168,7 +207,6 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
   }
   WALRELAY_RETURN_IF_ERROR(sink->Flush(std::chrono::seconds(60)));
 
-  RedriveResult result;
   const std::string update =
       "UPDATE " + QuoteQualifiedName(config.dead_letter_table) +
       " SET redriven_at = now(), redrive_outcome = CASE WHEN $2 = 'published' THEN 'published' "
@@ -182,10 +220,22 @@ Result<RedriveResult> RedriveDeadLetters(const RelayConfig& config,
                                  .status());
     if (what == "published") {
       ++result.published;
+      if (attempted_before.contains(id)) {
+        ++result.published_again;
+        spdlog::warn("dead letter {}: published again after an earlier attempt whose outcome "
+                     "was unknown: a consumer may see it twice (same event id)",
+                     id);
+      }
     } else {
       ++result.failed;
       spdlog::warn("dead letter {}: re-drive failed: {}", id, what);
     }
+  }
+  if (!stopped.ok()) {
+    return Status(stopped.code(),
+                  stopped.message() + " (" + std::to_string(result.published) +
+                      " letters published and recorded before it; the rest untouched: retry "
+                      "once this is fixed)");
   }
   return result;
 }

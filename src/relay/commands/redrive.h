@@ -12,10 +12,15 @@
 // The record carries the letter's source position (walrelay.position: its commit LSN,
 // ordinal, xid, source; recovered=1 when the letter was written by recovery), so a
 // consumer can tell where it came from; consumers dedup on the event id as always.
-// Each letter's outcome is recorded on its row: redriven_at and redrive_outcome
-// 'published' once Kafka acked it; 'failed' with `reason` replaced by the new reason when
-// it could not be built or Kafka refused it (the letter stays, to be retried again).
-// Letters already published by a re-drive are skipped.
+// Each letter's outcome is recorded on its row: redrive_outcome 'attempted' (with
+// redriven_at) before its record is produced, so that a crash or a refused UPDATE between
+// publishing and recording never lets the next retry publish it again silently; then
+// 'published' once Kafka acked it, or 'failed' with `reason` replaced by the new reason
+// when it could not be built or Kafka refused it (the letter stays, to be retried again).
+// Letters already published by a re-drive are skipped; letters left 'attempted' (the
+// outcome unknown: they may be in Kafka) are skipped and named unless
+// `include_attempted`, which publishes them again knowingly (a consumer may see them twice,
+// with the same event id).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +48,8 @@ struct DeadLetterSelection {
   std::vector<int64_t> ids;  // these letters; empty: every letter (of the other filters)
   std::string since;         // dead_at >= this timestamptz; empty: any time
   bool include_published = false;  // also letters a re-drive already published
+  bool include_attempted = false;  // retry: also letters whose earlier re-drive's outcome
+                                   // is unknown (they may be published twice)
   int limit = 1000;                // list only
 };
 
@@ -53,6 +60,9 @@ Result<std::vector<DeadLetterInfo>> ListDeadLetters(const RelayConfig& config,
 struct RedriveResult {
   int published = 0;  // acked by Kafka, recorded 'published'
   int failed = 0;     // recorded 'failed' with the new reason
+  // Letters left 'attempted' by an earlier re-drive and not retried (no include_attempted).
+  std::vector<int64_t> skipped_attempted;
+  int published_again = 0;  // of `published`: 'attempted' ones retried (include_attempted)
 };
 
 // Re-drives the selected letters (never ones already published) and records each outcome.
