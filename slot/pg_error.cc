@@ -187,6 +187,15 @@ Status StatusFromConnectFailure(PGconn* conn, std::string_view context) {
   if (Contains(message, "authentication failed")) {
     return PermissionDeniedError(Join(context, message, "check the user name and password"));
   }
+  if (Contains(message, "no password supplied")) {
+    // The server asks for a password and none was given: as definite as a wrong one.
+    return PermissionDeniedError(Join(
+        context, message,
+        "the server asks role " + (user.empty() ? std::string("(libpq's default)") : user) +
+            " for a password and none was given: put it in a file only walrelay's user can "
+            "read and pass --source-password-file (source.password_file), or set PGPASSWORD, "
+            "or add a ~/.pgpass line for this host"));
+  }
   if (Contains(message, "does not exist") && !Contains(message, "No such file")) {
     return NotFoundError(Join(context, message, "check the user and database names"));
   }

@@ -22,6 +22,13 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kOk:
       return kExitOk;
     case StatusCode::kInvalidArgument:
+    // Found against the server at start (a missing database, table or slot; wal_level; a
+    // missing privilege or password): a restart with the same configuration fails the same
+    // way, so the unit's RestartPreventExitStatus stops restarting and an operator acts.
+    // Run() returns these only from its start checks: its sessions retry them.
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kNotFound:
+    case StatusCode::kPermissionDenied:
       return kExitUsage;
     case StatusCode::kDataLoss:
       return kExitNeedsOperator;
@@ -32,7 +39,9 @@ int ExitCodeFor(const Status& status) {
 
 const char* const kRunExitCodesHelp =
     "Exit codes: 0 stopped cleanly (every acked transaction confirmed); 1 a runtime failure "
-    "a restart may cure; 2 bad usage or configuration (a restart fails the same way); 3 "
+    "a restart may cure; 2 bad usage or configuration, including what the start checks find "
+    "on the server (a missing database, table, publication or slot; wal_level; a missing "
+    "privilege or password): a restart fails the same way; 3 "
     "refused to go on without an operator (the slot was lost and recovery is off or "
     "unsound: restarting would lose or repeat events; the log says what to do). For "
     "systemd: Restart=on-failure with RestartPreventExitStatus=2 3.\n\n"

@@ -48,8 +48,9 @@ std::string ConfigurationReference();
 // Exit codes of `walrelay run` (and the table its --help shows):
 //   0  stopped cleanly (SIGTERM/SIGINT): every acked transaction confirmed
 //   1  a runtime failure a restart may cure (database or Kafka unreachable for good, ...)
-//   2  bad usage or configuration (kInvalidArgument): a restart with the same options fails
-//      the same way
+//   2  bad usage or configuration (kInvalidArgument; and kFailedPrecondition, kNotFound,
+//      kPermissionDenied, which `run` returns only from its start checks): a restart with
+//      the same options fails the same way
 //   3  refused to go on without an operator (kDataLoss: the slot was lost and recovery is
 //      off or unsound): restarting would lose or repeat events; see the log's fix
 inline constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNeedsOperator = 3;

@@ -334,6 +334,10 @@ TEST(OptionsTest, ExitCodesTellASupervisorWhatToDo) {
   EXPECT_EQ(ExitCodeFor(Status::Ok()), 0);
   EXPECT_EQ(ExitCodeFor(UnavailableError("kafka down")), 1);
   EXPECT_EQ(ExitCodeFor(InvalidArgumentError("bad option")), 2);
+  // Configuration found wrong against the server: systemd must not restart for ever.
+  EXPECT_EQ(ExitCodeFor(FailedPreconditionError("wal_level is 'replica'")), 2);
+  EXPECT_EQ(ExitCodeFor(NotFoundError("database \"app\" does not exist")), 2);
+  EXPECT_EQ(ExitCodeFor(PermissionDeniedError("no password supplied")), 2);
   EXPECT_EQ(ExitCodeFor(DataLossError("slot lost, recovery off")), 3);
   EXPECT_NE(std::string(kRunExitCodesHelp).find("RestartPreventExitStatus=2 3"),
             std::string::npos);

@@ -339,6 +339,22 @@ TEST_F(ReplicationConnectionTest, PasswordTravelsApartFromTheDsnInEveryForm) {
         << wrong.status().message();
     EXPECT_EQ(wrong.status().message().find("wrong-SECRET"), std::string::npos)
         << wrong.status().message();
+
+    // No password at all (issue 42 item 5): as definite as a wrong one, never "retry
+    // when the server is reachable" (kUnavailable, retried for ever); the fix names where
+    // a password comes from. passfile=/dev/null: no ~/.pgpass of the machine's.
+    if (dsn.find("not%20this%20one") != std::string::npos) continue;  // the DSN has one
+    const bool uri = dsn.find("://") != std::string::npos;
+    const std::string no_passfile =
+        !uri ? " passfile=/dev/null"
+             : (dsn.find('?') == std::string::npos ? "?" : "&") + std::string("passfile=/dev/null");
+    auto none = ConnectPg(ConnInfo{dsn + no_passfile, ""}, "false", "test");
+    ASSERT_FALSE(none.ok()) << dsn;
+    EXPECT_EQ(none.status().code(), StatusCode::kPermissionDenied) << none.status().ToString();
+    EXPECT_NE(none.status().message().find("no password supplied"), std::string::npos)
+        << none.status().message();
+    EXPECT_NE(none.status().message().find("--source-password-file"), std::string::npos)
+        << none.status().message();
   }
 }
 

@@ -183,8 +183,7 @@ Status Relay::Run() {
         st = report.status();
         if (st.ok()) checked = true;
         if (!st.ok() && st.code() != StatusCode::kUnavailable) {
-          spdlog::error("{}", st.ToString());
-          result = st;
+          result = st;  // said once, by the caller (walrelay's "stopped (exit N)" line)
           break;
         }
       }
@@ -240,8 +239,7 @@ Status Relay::Run() {
     }
     stats_.standby.store(0);
     if (!Retryable(st)) {
-      spdlog::error("{}", st.ToString());
-      result = st;
+      result = st;  // said once, by the caller
       break;
     }
     stats_.restarts.fetch_add(1);

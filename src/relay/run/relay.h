@@ -62,7 +62,7 @@ class Relay {
   Relay& operator=(const Relay&) = delete;
 
   // Runs sessions until RequestStop() (then returns OK after a bounded drain and a final
-  // status update) or an error no retry can fix (returned).
+  // status update) or an error no retry can fix (returned, not logged: the caller says it).
   Status Run();
 
   // Asks Run() to stop: stop reading, wait up to shutdown_timeout for in-flight acks,
