@@ -199,6 +199,39 @@ TEST(OptionsTest, BadValuesSayWhatIsWrong) {
   EXPECT_NE(p.config.status().message().find("--source-dsn"), std::string::npos);
 }
 
+// Issue 42 item 7: a topic template with an unknown placeholder or a character Kafka
+// refuses was accepted, and every event was then dead-lettered. It is refused where it is
+// configured (exit 2), naming the placeholder and the ones that exist.
+TEST(OptionsTest, TopicTemplateIsCheckedWhereItIsConfigured) {
+  auto with = [](const std::string& tmpl) {
+    auto args = kMinimal;
+    args.insert(args.end(), {"--outbox-topic-template", tmpl});
+    return Parse(args).config;
+  };
+  auto typo = with("outbox.${aggregate_typ}");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(typo.status().message().find("unknown placeholder ${aggregate_typ}; did you mean "
+                                         "aggregate_type?"),
+            std::string::npos)
+      << typo.status().message();
+  EXPECT_NE(typo.status().message().find("known: ${aggregate_type}, ${event_type}, ${table}"),
+            std::string::npos)
+      << typo.status().message();
+  auto space = with("outbox ${aggregate_type}");
+  ASSERT_FALSE(space.ok());
+  EXPECT_NE(space.status().message().find("has the character ' '"), std::string::npos)
+      << space.status().message();
+  EXPECT_FALSE(with("outbox.${aggregate_type").ok()) << "an unclosed placeholder";
+  EXPECT_FALSE(with(std::string(250, 'x')).ok());
+  EXPECT_FALSE(with("..").ok());
+  for (const char* good : {"outbox.${aggregate_type}", "${table}.${event_type}", "events",
+                           "a-b_c.${aggregate_type}-v2"}) {
+    auto ok = with(good);
+    EXPECT_TRUE(ok.ok()) << good << ": " << ok.status().ToString();
+  }
+}
+
 // Without --source-dsn, run takes libpq's environment like lag, psql and pg_recvlogical
 // do (issue 13), when it names a server; the start log shows which variables decided.
 TEST(OptionsTest, RunTakesLibpqEnvironmentWithoutADsn) {

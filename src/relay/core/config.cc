@@ -1,9 +1,11 @@
 #include "src/relay/core/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
 #include "base/sql.h"
+#include "base/suggest.h"
 #include "slot/pg_error.h"
 #include "slot/server_version.h"
 #include "src/relay/core/thresholds.h"
@@ -81,6 +83,56 @@ bool LibpqEnvironmentNamesAServer() {
 }  // namespace
 
 slot::ConnInfo RelayConfig::SourceConninfo() const { return {source_dsn, source_password}; }
+
+Status CheckTopicTemplate(std::string_view tmpl) {
+  static const std::vector<std::string> kKnown = {"aggregate_type", "event_type", "table"};
+  const std::string where = "--outbox-topic-template '" + std::string(tmpl) + "'";
+  const auto bad_literal = [&](std::string_view text) -> Status {
+    for (char ch : text) {
+      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+      if (!ok) {
+        return InvalidArgumentError(
+            where + " has the character '" + std::string(1, ch) +
+            "', which Kafka refuses in a topic name (letters, digits, '.', '_' and '-' only): "
+            "every event would be dead-lettered. Fix the template");
+      }
+    }
+    return Status::Ok();
+  };
+  size_t literal_length = 0;
+  bool has_placeholder = false;
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    const size_t open = tmpl.find("${", i);
+    if (open == std::string_view::npos) {
+      WALRELAY_RETURN_IF_ERROR(bad_literal(tmpl.substr(i)));
+      literal_length += tmpl.size() - i;
+      break;
+    }
+    WALRELAY_RETURN_IF_ERROR(bad_literal(tmpl.substr(i, open - i)));
+    literal_length += open - i;
+    const size_t close = tmpl.find('}', open + 2);
+    if (close == std::string_view::npos) {
+      return InvalidArgumentError(where + " opens a placeholder '${' without its '}'");
+    }
+    const std::string name(tmpl.substr(open + 2, close - open - 2));
+    if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end()) {
+      return InvalidArgumentError(where + " has the unknown placeholder ${" + name + "}" +
+                                  DidYouMean(name, kKnown) +
+                                  " (known: ${aggregate_type}, ${event_type}, ${table})");
+    }
+    has_placeholder = true;
+    i = close + 1;
+  }
+  if (literal_length > 249) {
+    return InvalidArgumentError(where + " is longer than Kafka's 249-character topic names");
+  }
+  if (!has_placeholder && (tmpl == "." || tmpl == "..")) {
+    return InvalidArgumentError(where + " is a name Kafka refuses ('.' and '..')");
+  }
+  return Status::Ok();
+}
 
 Status RelayConfig::Validate() const {
   for (const std::string& t : allowed_topics) {
@@ -231,6 +283,7 @@ Status RelayConfig::Validate() const {
     return InvalidArgumentError(
         "no way to choose a topic: set --outbox-topic-template or a topic column");
   }
+  WALRELAY_RETURN_IF_ERROR(CheckTopicTemplate(topic_template));
   if (max_in_flight_events < 1 || max_in_flight_bytes < 1024) {
     return InvalidArgumentError(
         "--flow-max-in-flight-events must be >= 1 and --flow-max-in-flight-bytes >= 1024");

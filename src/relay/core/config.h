@@ -129,6 +129,13 @@ struct RelayConfig;
 // `debezium` and publication `dbz_publication`. kInvalidArgument for another name.
 Status ApplyOutboxProfile(std::string_view profile, RelayConfig* config);
 
+// outbox.topic_template, checked where it is configured (RelayConfig::Validate): every
+// ${...} is a known placeholder (${aggregate_type}, ${event_type}, ${table}; a misspelled
+// one gets "did you mean"), and its literal text has only characters Kafka allows in a
+// topic name, at most 249 of them. kInvalidArgument naming the fault; an empty template
+// is OK (the topic column decides).
+Status CheckTopicTemplate(std::string_view tmpl);
+
 struct RelayConfig {
   // --- source (PostgreSQL)
   std::string source_dsn;  // libpq conninfo or URI; empty = libpq environment (PGHOST...)
