@@ -108,13 +108,14 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
 
 namespace {
 
-// Whether `relation` (SQL text, quoted as needed) exists.
-Result<bool> RelationExists(PGconn* conn, const std::string& relation) {
+// The pg_class relkind of `relation` (SQL text, quoted as needed): 'r', 'p', ...; '\0'
+// when it does not exist.
+Result<char> RelationKind(PGconn* conn, const std::string& relation) {
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgResultPtr r,
-      slot::ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL", {relation.c_str()},
-                   "setup: looking up table " + relation));
-  return std::string_view(PQgetvalue(r.get(), 0, 0)) == "t";
+      slot::ExecPg(conn, "SELECT relkind FROM pg_class WHERE oid = to_regclass($1)",
+                   {relation.c_str()}, "setup: looking up table " + relation));
+  return PQntuples(r.get()) == 1 ? PQgetvalue(r.get(), 0, 0)[0] : '\0';
 }
 
 // Tables that look like outbox tables (they have the aggregate id column), for the
@@ -168,10 +169,14 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   // publication and a slot that would stream nothing of the real one.
   std::vector<bool> table_existed;
   std::vector<std::string> missing;
+  // Outbox tables that exist and are partitioned (the user's own): their poll indexes
+  // cannot be built concurrently.
+  std::set<std::string> partitioned;
   for (const auto& t : config.tables) {
-    WALRELAY_ASSIGN_OR_RETURN(bool exists, RelationExists(conn.get(), QuoteQualifiedName(t)));
-    table_existed.push_back(exists);
-    if (!exists) missing.push_back(t);
+    WALRELAY_ASSIGN_OR_RETURN(char kind, RelationKind(conn.get(), QuoteQualifiedName(t)));
+    table_existed.push_back(kind != '\0');
+    if (kind == '\0') missing.push_back(t);
+    if (kind == 'p') partitioned.insert(t);
   }
   if (!missing.empty() && !create_tables) {
     std::string list;
@@ -190,10 +195,12 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
         "Fix: name the existing table (--source-table / source.tables), or create it: "
         "`walrelay setup --create-tables` (the documented schema) or your own migration");
   }
-  WALRELAY_ASSIGN_OR_RETURN(bool dead_letters_existed,
-                            RelationExists(conn.get(), QuoteQualifiedName(config.dead_letter_table)));
-  WALRELAY_ASSIGN_OR_RETURN(bool progress_existed,
-                            RelationExists(conn.get(), QuoteQualifiedName(config.progress_table)));
+  WALRELAY_ASSIGN_OR_RETURN(char dead_letters_kind,
+                            RelationKind(conn.get(), QuoteQualifiedName(config.dead_letter_table)));
+  WALRELAY_ASSIGN_OR_RETURN(char progress_kind,
+                            RelationKind(conn.get(), QuoteQualifiedName(config.progress_table)));
+  const bool dead_letters_existed = dead_letters_kind != '\0';
+  const bool progress_existed = progress_kind != '\0';
   bool publication_existed = false;
   if (!poll && !config.tables.empty()) {
     WALRELAY_ASSIGN_OR_RETURN(
@@ -204,19 +211,6 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   }
   const bool slot_existed = admin->GetSlot(config.slot).ok();
 
-  // Outbox tables that exist and are partitioned (the user's own): their poll indexes
-  // cannot be built concurrently.
-  std::set<std::string> partitioned;
-  for (const auto& t : config.tables) {
-    const std::string quoted = QuoteQualifiedName(t);
-    WALRELAY_ASSIGN_OR_RETURN(
-        slot::PgResultPtr r,
-        slot::ExecPg(conn.get(), "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)",
-                     {quoted.c_str()}, "setup: reading the kind of table " + t));
-    if (PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t") {
-      partitioned.insert(t);
-    }
-  }
   const auto statements = SetupStatements(config, create_tables, partitioned);
   for (const auto& s : statements) {
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());

@@ -89,9 +89,7 @@ Status CheckTopicTemplate(std::string_view tmpl) {
   const std::string where = "--outbox-topic-template '" + std::string(tmpl) + "'";
   const auto bad_literal = [&](std::string_view text) -> Status {
     for (char ch : text) {
-      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                      (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
-      if (!ok) {
+      if (!IsTopicNameChar(ch)) {
         return InvalidArgumentError(
             where + " has the character '" + std::string(1, ch) +
             "', which Kafka refuses in a topic name (letters, digits, '.', '_' and '-' only): "
@@ -138,9 +136,7 @@ Status RelayConfig::Validate() const {
   for (const std::string& t : allowed_topics) {
     const std::string_view name =
         !t.empty() && t.back() == '*' ? std::string_view(t).substr(0, t.size() - 1) : t;
-    if (name.empty() || name.find('*') != std::string_view::npos ||
-        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
-            std::string_view::npos) {
+    if (name.empty() || !std::all_of(name.begin(), name.end(), IsTopicNameChar)) {
       return InvalidArgumentError("outbox.allowed_topics: '" + t +
                                   "' is neither a topic name nor a prefix ending in '*' "
                                   "(e.g. payments.*)");

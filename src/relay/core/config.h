@@ -16,6 +16,21 @@
 
 namespace walrelay::relay {
 
+// Kafka's rule for topic names: letters, digits, '.', '_' and '-', 1 to 249 of them, not
+// "." or "..". One definition for the mapper (per event), the topic template and
+// outbox.allowed_topics.
+constexpr bool IsTopicNameChar(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '.' || ch == '_' || ch == '-';
+}
+constexpr bool IsValidTopicName(std::string_view t) {
+  if (t.empty() || t.size() > 249 || t == "." || t == "..") return false;
+  for (char ch : t) {
+    if (!IsTopicNameChar(ch)) return false;
+  }
+  return true;
+}
+
 // Prefix of the relay's heartbeat messages (non-transactional, never published).
 inline constexpr std::string_view kHeartbeatPrefix = "walrelay.heartbeat";
 inline constexpr std::string_view kDefaultMessagePrefix = "walrelay.outbox";

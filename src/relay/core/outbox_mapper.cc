@@ -45,14 +45,6 @@ bool ReservedHeaderName(const RelayConfig& config, std::string_view name) {
   return HasPrefixIgnoringCase(name, headers::kReservedPrefix);
 }
 
-bool ValidTopicName(std::string_view t) {
-  if (t.empty() || t.size() > 249 || t == "." || t == "..") return false;
-  return std::all_of(t.begin(), t.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           ch == '.' || ch == '_' || ch == '-';
-  });
-}
-
 }  // namespace
 
 std::vector<OutboxTable> OutboxTablesByName(const std::vector<std::string>& configured) {
@@ -377,7 +369,7 @@ Status OutboxMapper::FinishEvent(std::string_view table, std::string_view topic_
   // The checks of a topic depend on its name only: done once per new name (most events go
   // to the topic of the event before).
   if (out->topic.empty() || out->topic != checked_topic_) {
-    if (!ValidTopicName(out->topic)) {
+    if (!IsValidTopicName(out->topic)) {
       return InvalidArgumentError("invalid Kafka topic name '" + std::string(out->topic) +
                                   "' (1-249 characters of [a-zA-Z0-9._-])");
     }
