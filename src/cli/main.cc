@@ -20,9 +20,11 @@
 #endif
 #include <csignal>
 #include <thread>
+#include <unistd.h>
 #include <iostream>
 
 #include "base/json.h"
+#include "base/suggest.h"
 
 #include "src/cli/lag.h"
 #include "src/cli/log_format.h"
@@ -39,6 +41,47 @@
 namespace {
 
 walrelay::relay::Relay* g_relay = nullptr;
+
+// The misspelt command or long option a failed parse tripped on, with the closest name
+// ("unknown command 'runn'; did you mean run?"), or "" when the failure was something else.
+// CLI11 2.1 says only "A subcommand is required" or "arguments were not expected".
+std::string MisspeltWord(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (level->get_require_subcommand_min() > 0) {  // a word here must be a command
+      if (arg.starts_with("-")) continue;           // --help, --version
+      std::vector<std::string> names;
+      CLI::App* next = nullptr;
+      for (CLI::App* sub : level->get_subcommands([](CLI::App*) { return true; })) {
+        names.push_back(sub->get_name());
+        if (sub->get_name() == arg) next = sub;
+      }
+      if (next == nullptr) {
+        return "unknown command '" + arg + "'" + walrelay::DidYouMean(arg, names) +
+               " (commands: " + fmt::format("{}", fmt::join(names, ", ")) + ")";
+      }
+      level = next;
+      continue;
+    }
+    if (!arg.starts_with("--")) continue;
+    const std::string flag = arg.substr(0, arg.find('='));
+    std::vector<std::string> flags;
+    bool known = false;
+    for (const CLI::Option* opt : level->get_options()) {
+      for (const std::string& name : opt->get_lnames()) {
+        flags.push_back("--" + name);
+        known = known || flags.back() == flag;
+      }
+    }
+    if (!known) {
+      return "unknown option " + flag + walrelay::DidYouMean(flag, flags) + " (`walrelay " +
+             level->get_name() + " --help` lists them)";
+    }
+  }
+  return "";
+}
 
 extern "C" void OnStopSignal(int) {
   if (g_relay != nullptr) g_relay->RequestStop();
@@ -391,11 +434,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // --help prints and exits 0; usage errors exit 2
+    const std::string misspelt =
+        e.get_exit_code() != 0 ? MisspeltWord(app, argc, argv) : std::string();
+    if (!misspelt.empty()) std::cerr << "walrelay: " << misspelt << "\n";
+    const int code = misspelt.empty() ? app.exit(e) : 2;  // --help prints and exits 0
     if (code != 0 && lag.parsed()) return walrelay::cli::kLagExitUnknown;  // check: 3
     return code == 0 ? 0 : 2;
   }
 
+  {
+    std::vector<std::string_view> environment;
+    for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
+    if (walrelay::Status st = walrelay::cli::CheckWalrelayEnvironment(environment); !st.ok()) {
+      std::cerr << "walrelay: " << st.message() << "\n";
+      return lag.parsed() ? walrelay::cli::kLagExitUnknown : 2;
+    }
+  }
   if (lag.parsed()) return lag.Run();
   if (record.parsed()) return record.Run();
   if (replay.parsed()) return replay.Run();

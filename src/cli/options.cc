@@ -6,6 +6,8 @@
 #include <toml++/toml.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <charconv>
@@ -14,6 +16,8 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+
+#include "base/suggest.h"
 
 namespace walrelay::cli {
 
@@ -642,8 +646,10 @@ Status LoadTomlFile(const std::string& path,
             "delete the line");
       }
       if (spec == nullptr) {
-        return InvalidArgumentError("config file " + path + ": unknown option '" + key +
-                                    "' (see `walrelay run --help`)");
+        std::vector<std::string> keys;
+        for (const auto& s : RunOptions()) keys.push_back(s.key);
+        return InvalidArgumentError("config file " + path + ": unknown option '" + key + "'" +
+                                    DidYouMean(key, keys) + " (see `walrelay run --help`)");
       }
       std::vector<std::string> raw;
       if (spec->kind == OptionKind::kList) {
@@ -684,13 +690,72 @@ Status LoadTomlFile(const std::string& path,
   return Status::Ok();
 }
 
+const std::vector<std::string_view>& OtherWalrelayVariables() {
+  static const std::vector<std::string_view> names = {
+      // walrelay and walrelay-ledger
+      "WALRELAY_CONFIG",                // --config (run and every command that takes its options)
+      "WALRELAY_RELAY_FAILPOINT",       // test builds: src/relay/core/pipeline.cc
+      "WALRELAY_INBOX_FAILPOINT",       // test builds: src/inbox/consumer_group.cc
+      "WALRELAY_LEDGER_PASSWORD_FILE",  // walrelay-ledger --password-file
+      // scripts/ and bench/
+      "WALRELAY_CACHE_DIR", "WALRELAY_KAFKA_OWNER", "WALRELAY_KAFKA_START_TIMEOUT",
+      "WALRELAY_PG_CACHE", "WALRELAY_PRELOAD", "WALRELAY_BINARY",
+      // the test harness (tests/support), whose relays inherit its environment
+      "WALRELAY_TEST_KAFKA", "WALRELAY_TEST_BROKER", "WALRELAY_PG_BINDIR",
+      "WALRELAY_NEEDS_DEV_BROKER", "WALRELAY_DEVBROKER_PATH", "WALRELAY_LEDGER_BINARY",
+      "WALRELAY_LEDGER_PATH", "WALRELAY_WRITE_CORPUS", "WALRELAY_WRITE_GOLDEN",
+      "WALRELAY_GOLDEN_DIR", "WALRELAY_SOURCE_DIR"};
+  return names;
+}
+
+namespace {
+
+// The variables Kubernetes puts into every pod for each Service of the namespace (service
+// links): a Service named walrelay or walrelay-metrics gives WALRELAY_SERVICE_HOST,
+// WALRELAY_METRICS_SERVICE_PORT_HTTP, WALRELAY_PORT, WALRELAY_PORT_9187_TCP_ADDR, ...
+bool KubernetesServiceLink(std::string_view name) {
+  if (name.find("_SERVICE_HOST") != std::string_view::npos ||
+      name.find("_SERVICE_PORT") != std::string_view::npos) {
+    return true;
+  }
+  const size_t port = name.rfind("_PORT");
+  if (port == std::string_view::npos) return false;
+  const std::string_view rest = name.substr(port + 5);  // "", "_9187_TCP", "_9187_TCP_ADDR"
+  if (rest.empty()) return true;
+  return rest.size() > 1 && rest[0] == '_' && std::isdigit(static_cast<unsigned char>(rest[1]));
+}
+
+}  // namespace
+
+Status CheckWalrelayEnvironment(const std::vector<std::string_view>& environment) {
+  std::vector<std::string> known;
+  for (const auto& s : RunOptions()) known.push_back(s.EnvVar());
+  for (std::string_view v : OtherWalrelayVariables()) known.emplace_back(v);
+  for (std::string_view entry : environment) {
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (!name.starts_with("WALRELAY_")) continue;
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    if (KubernetesServiceLink(name)) continue;
+    return InvalidArgumentError(
+        "environment variable " + std::string(name) + " is not a walrelay option" +
+        DidYouMean(name, known) +
+        " (refused: the setting it was meant to change would silently keep its default). "
+        "Fix: correct or unset it; `walrelay config-reference` lists every variable");
+  }
+  return Status::Ok();
+}
+
 std::string ConfigurationReference() {
   relay::RelayConfig defaults;
   std::ostringstream os;
   os << "# walrelay run: configuration reference\n\n"
      << "Generated from the option registry (`walrelay config-reference`); a test keeps this\n"
      << "file equal to the code. Precedence: flag > environment variable > TOML file >\n"
-     << "default. A TOML key `section.name` lives in `[section]` as `name = ...`.\n\n"
+     << "default. A TOML key `section.name` lives in `[section]` as `name = ...`.\n"
+     << "An unknown TOML key, flag or command, and a `WALRELAY_*` environment variable that\n"
+     << "is not in this table (nor `WALRELAY_CONFIG`, the harness's variables listed in\n"
+     << "src/cli/options.cc, or Kubernetes' service links such as `WALRELAY_SERVICE_HOST`),\n"
+     << "are refused with the closest name (exit 2).\n\n"
      << "| TOML key | flag | environment | default | meaning |\n"
      << "|---|---|---|---|---|\n";
   for (const auto& s : RunOptions()) {

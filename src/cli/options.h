@@ -42,6 +42,18 @@ const std::vector<OptionSpec>& RunOptions();
 Status LoadTomlFile(const std::string& path,
                     std::vector<std::pair<const OptionSpec*, std::vector<std::string>>>* values);
 
+// Environment variables with the WALRELAY_ prefix that are not options but are read by
+// walrelay, walrelay-ledger, the project's scripts or its test harness (each with its
+// reader in options.cc). A variable with the prefix that is neither is refused.
+const std::vector<std::string_view>& OtherWalrelayVariables();
+
+// Refuses (kInvalidArgument, with "did you mean") a WALRELAY_* name in `environment`
+// ("NAME=value" entries) that is neither an option's variable, one of
+// OtherWalrelayVariables(), nor one Kubernetes makes for a Service named walrelay*
+// (WALRELAY_SERVICE_HOST, WALRELAY_PORT_9187_TCP_ADDR, ...): a misspelled variable is
+// refused as a misspelled TOML key is, instead of leaving its option at the default.
+Status CheckWalrelayEnvironment(const std::vector<std::string_view>& environment);
+
 // The configuration reference in Markdown, generated from the registry.
 std::string ConfigurationReference();
 

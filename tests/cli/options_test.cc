@@ -503,5 +503,77 @@ TEST(OptionsTest, ExitCodes) {
   EXPECT_EQ(RunBinary(""), 2);
 }
 
+// Runs the binary with `env` prepended; its exit code and its stderr.
+std::pair<int, std::string> RunBinaryForStderr(const std::string& env, const std::string& args) {
+  const std::string err = WriteFile("");
+  const int rc = std::system(
+      (env + " " + WALRELAY_BINARY + " " + args + " >/dev/null 2>" + err).c_str());
+  std::ifstream in(err);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::remove(err.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
+}
+
+// Issue 42 item 9: a misspelt WALRELAY_* variable was ignored (its option kept the default)
+// while a misspelt TOML key was refused; both are refused now, with the closest name.
+TEST(OptionsTest, AMisspeltEnvironmentVariableIsRefusedLikeAMisspeltKey) {
+  auto refused = CheckWalrelayEnvironment(
+      {"PATH=/bin", "WALRELAY_SOURCE_SLOT=s", "WALRELAY_KAFKA_BOOTSTRAP_SERVER=k:9092"});
+  ASSERT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("WALRELAY_KAFKA_BOOTSTRAP_SERVER is not a walrelay option; "
+                                   "did you mean WALRELAY_KAFKA_BOOTSTRAP_SERVERS?"),
+            std::string::npos)
+      << refused.message();
+  // Options, the other variables walrelay and its harness read, and Kubernetes' service
+  // links for a Service named walrelay (or walrelay-metrics) pass.
+  std::vector<std::string_view> fine = {"WALRELAY_SOURCE_DSN=x", "WALRELAY_CONFIG=/etc/w.toml",
+                                        "WALRELAY_SERVICE_HOST=10.0.0.1",
+                                        "WALRELAY_SERVICE_PORT_METRICS=9187",
+                                        "WALRELAY_PORT=tcp://10.0.0.1:9187",
+                                        "WALRELAY_PORT_9187_TCP_ADDR=10.0.0.1",
+                                        "WALRELAY_METRICS_SERVICE_PORT=9187", "NOT_WALRELAY_X=1"};
+  for (std::string_view v : OtherWalrelayVariables()) fine.push_back(v);
+  EXPECT_TRUE(CheckWalrelayEnvironment(fine).ok()) << CheckWalrelayEnvironment(fine).ToString();
+  EXPECT_FALSE(CheckWalrelayEnvironment({"WALRELAY_PORTS=1"}).ok());
+
+  // The program refuses it before anything else, for every command.
+  auto [rc, err] = RunBinaryForStderr("WALRELAY_SOURCE_SLTO=s", "config-reference");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("WALRELAY_SOURCE_SLTO is not a walrelay option; did you mean "
+                     "WALRELAY_SOURCE_SLOT?"),
+            std::string::npos)
+      << err;
+
+  std::string file = WriteFile("[source]\nslto = \"typo\"\n");
+  auto p = Parse({"--config", file, "--source-dsn", "x", "--kafka-bootstrap-servers", "k:1"});
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("'source.slto'; did you mean source.slot?"),
+            std::string::npos)
+      << p.config.status().ToString();
+  std::remove(file.c_str());
+}
+
+// Issue 42 item 9: `walrelay runn` said only "A subcommand is required".
+TEST(OptionsTest, AMisspeltCommandOrFlagGetsTheClosestName) {
+  auto [rc, err] = RunBinaryForStderr("", "runn");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("unknown command 'runn'; did you mean run?"), std::string::npos) << err;
+  std::tie(rc, err) = RunBinaryForStderr("", "dead-letters lisst");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("unknown command 'lisst'; did you mean list?"), std::string::npos) << err;
+  std::tie(rc, err) = RunBinaryForStderr("", "run --kafka-bootstrap-server k:9092");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("unknown option --kafka-bootstrap-server; did you mean "
+                     "--kafka-bootstrap-servers?"),
+            std::string::npos)
+      << err;
+  std::tie(rc, err) = RunBinaryForStderr("", "run --source-slto=s");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("unknown option --source-slto; did you mean --source-slot?"),
+            std::string::npos)
+      << err;
+}
+
 }  // namespace
 }  // namespace walrelay::cli
