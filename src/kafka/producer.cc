@@ -311,6 +311,11 @@ Status Producer::Produce(std::string_view topic, std::string_view key, std::stri
   }
 }
 
+bool Producer::BrokerReached() {
+  if (!broker_reached_) broker_reached_ = rd_kafka_controllerid(rk_, 0) >= 0;
+  return broker_reached_;
+}
+
 Status Producer::CheckTopic(std::string_view topic, std::chrono::milliseconds timeout) {
   WALRELAY_ASSIGN_OR_RETURN(rd_kafka_topic_t * rkt, Topic(topic));
   const rd_kafka_metadata_t* metadata = nullptr;

@@ -203,6 +203,12 @@ class Producer {
   // The size limit Produce() applies (message.max.bytes), for dead-letter decisions.
   int64_t max_message_bytes() const { return max_message_bytes_; }
 
+  // True once a broker of the cluster answered this producer (librdkafka knows the
+  // cluster's controller from a Metadata response); sticky. False while every bootstrap
+  // address refuses, does not resolve or does not answer: records then wait (they never
+  // time out), so the caller says so instead of looking healthy on an idle stream.
+  bool BrokerReached();
+
   // The librdkafka handle, for metadata queries in tests. Owned by the Producer.
   rd_kafka_t* handle() const { return rk_; }
 
@@ -231,6 +237,7 @@ class Producer {
   bool stop_on_failure_ = true;
   int64_t max_message_bytes_ = 0;
   int64_t batch_limit_ = 0;
+  bool broker_reached_ = false;
   int64_t refused_batch_limit_ = 0;
   Status fatal_;
   Status stopped_;

@@ -555,6 +555,54 @@ TEST_F(RelayTest, BrokersDownHoldTheSlotThenEverythingArrives) {
   EXPECT_EQ(ids.size(), 501u);
 }
 
+// Issue 42 item 6: with a Kafka address nothing listens on and an idle outbox, /readyz
+// said 200 "ready" (no event waited for an ack, so nothing looked wrong). Now a session
+// whose producer has reached no broker for 10 s is not ready, says why and what it costs,
+// and a metric counts the seconds; with the right address it is ready again.
+TEST_F(RelayTest, AKafkaAddressNoBrokerAnswersIsNotReadyOnAnIdleOutbox) {
+  config_.metrics_address = "127.0.0.1:0";
+  config_.shutdown_timeout = 500ms;
+  const std::string good = config_.bootstrap_servers;
+  config_.bootstrap_servers = "127.0.0.1:1";  // connection refused
+  StartRelay();  // premise: the session streams (asserted by StartRelay)
+  httplib::Client client("127.0.0.1", relay_->metrics_port());
+  std::string body;
+  bool reported = false;
+  for (int i = 0; i < 400 && !reported; ++i) {
+    auto ready = client.Get("/readyz");
+    if (ready) body = ready->body;
+    reported = ready && ready->status == 503 &&
+               body.find("no Kafka broker at 127.0.0.1:1 has answered") != std::string::npos;
+    if (!reported) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(reported) << "/readyz: " << body;
+  EXPECT_EQ(relay_->stats().streaming.load(), 1) << "the relay keeps its session";
+  EXPECT_NE(body.find("nothing is lost"), std::string::npos) << body;
+  auto parsed = metrics::ParseExposition(relay_->RenderMetrics());
+  ASSERT_TRUE(parsed.ok());
+  const auto* unreached = parsed->Find("walrelay_kafka_unreached_seconds", {});
+  ASSERT_NE(unreached, nullptr);
+  EXPECT_GE(unreached->value, 10);
+  StopRelay();
+
+  config_.bootstrap_servers = good;
+  StartRelay();
+  httplib::Client healed("127.0.0.1", relay_->metrics_port());
+  int status = 0;
+  for (int i = 0; i < 300 && status != 200; ++i) {
+    auto ready = healed.Get("/readyz");
+    status = ready ? ready->status : 0;
+    if (ready) body = ready->body;
+    if (status != 200) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(status, 200) << body;
+  parsed = metrics::ParseExposition(relay_->RenderMetrics());
+  ASSERT_TRUE(parsed.ok());
+  unreached = parsed->Find("walrelay_kafka_unreached_seconds", {});
+  ASSERT_NE(unreached, nullptr);
+  EXPECT_EQ(unreached->value, 0);
+}
+
 // Issue 13: Kafka authentication that fails is the operator's problem, not a record's.
 // SASL/PLAIN against the dev broker (librdkafka's mock cluster speaks no SASL) gets the same
 // _AUTHENTICATION error a wrong password gets from a real broker. The relay says what it

@@ -138,6 +138,11 @@ inline constexpr MetricName kKafkaWaiting{
     "Seconds the events in flight have waited without any delivery report from Kafka; 0 "
     "while none waits or acknowledgements keep coming. From 5 s on, /readyz says the relay "
     "waits for Kafka (brokers down, or fewer in-sync replicas than min.insync.replicas)."};
+inline constexpr MetricName kKafkaUnreached{
+    "walrelay_kafka_unreached_seconds",
+    "Seconds this session's producer has gone without any Kafka broker answering (wrong "
+    "address, broker down, firewall, TLS/SASL mismatch); 0 once one answered. From 10 s on, "
+    "/readyz says so and the log names the address."};
 inline constexpr MetricName kOldestUnconfirmedEvent{
     "walrelay_oldest_unconfirmed_event_seconds",
     "Age (from its commit) of the oldest transaction read whose events are not all confirmed; "

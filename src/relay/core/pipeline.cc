@@ -77,6 +77,52 @@ bool ConfirmBeforeAckFailpoint() {
 #endif
 }
 
+BrokerReachWatch::BrokerReachWatch(RecordSink& sink, RelayStats& stats,
+                                   std::string bootstrap_servers)
+    : sink_(sink),
+      stats_(stats),
+      bootstrap_servers_(bootstrap_servers.empty() ? "the embedded dev broker"
+                                                   : std::move(bootstrap_servers)),
+      started_(std::chrono::steady_clock::now()) {
+  Check();
+}
+
+BrokerReachWatch::~BrokerReachWatch() {
+  stats_.kafka_unreached_since_us.store(0, std::memory_order_relaxed);
+}
+
+void BrokerReachWatch::Check() {
+  if (reached_) return;
+  reached_ = sink_.BrokerReached();
+  if (reached_) {
+    stats_.kafka_unreached_since_us.store(0, std::memory_order_relaxed);
+    if (warned_) {
+      spdlog::info("Kafka: a broker at {} answers now; events are delivered as usual",
+                   bootstrap_servers_);
+    }
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (stats_.kafka_unreached_since_us.load(std::memory_order_relaxed) == 0) {
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    stats_.kafka_unreached_since_us.store(
+        now_us - std::chrono::duration_cast<std::chrono::microseconds>(now - started_).count(),
+        std::memory_order_relaxed);
+  }
+  if (!warned_ && now - started_ >= kKafkaUnreachedIsNews) {
+    warned_ = true;
+    spdlog::warn(
+        "Kafka: no broker at {} has answered for {} s (connection refused, unknown host, a "
+        "firewall, or a TLS/SASL mismatch: librdkafka's lines above say which). Events "
+        "wait in the slot: nothing is lost, nothing is confirmed past them, /readyz is not "
+        "ready. Fix: check kafka.bootstrap_servers and that a broker listens there",
+        bootstrap_servers_,
+        std::chrono::duration_cast<std::chrono::seconds>(now - started_).count());
+  }
+}
+
 Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSource& source,
                    RecordSink& sink, DeadLetterSink& dead_letters, Options options)
     : config_(config),
@@ -90,6 +136,7 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
                                              : options_.outbox_tables,
               /*match_by_oid=*/!options_.outbox_tables.empty() && config.plugin != "wal2json"),
       record_(config),
+      reach_(sink, stats, config.bootstrap_servers),
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
@@ -594,6 +641,7 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     if (!delivery_failure_.ok()) return delivery_failure_;
     RetireAcked();
     NoteKafkaWait();
+    reach_.Check();
     WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
     stats_.in_flight_events.store(tracker_.InFlightEvents(), std::memory_order_relaxed);
     stats_.in_flight_bytes.store(in_flight_bytes_, std::memory_order_relaxed);

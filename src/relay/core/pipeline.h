@@ -77,6 +77,35 @@ class RecordSink {
   // it when it wakes (FrameSource::SetWakeFd), so that a wait for the database ends when an
   // ack arrives instead of polling the sink every millisecond.
   virtual int WakeFd() const { return -1; }
+  // Whether the sink ever reached its destination (kafka::Producer::BrokerReached).
+  virtual bool BrokerReached() { return true; }
+};
+
+// How long a session's producer may go without reaching any broker before it is news: a
+// warning in the log, /readyz not ready, walrelay_kafka_unreached_seconds. A wrong address
+// on an idle outbox otherwise looked healthy, since no event waited for an ack.
+inline constexpr std::chrono::seconds kKafkaUnreachedIsNews{10};
+
+// Watches whether a session's sink has reached a broker (RecordSink::BrokerReached):
+// stats.kafka_unreached_since_us while it has not; past kKafkaUnreachedIsNews one warning
+// naming the address, and a line when a broker answers after all. Costs one cheap call per
+// Check() until the first broker answers, nothing after.
+// Thread safety: one thread (the session's).
+class BrokerReachWatch {
+ public:
+  BrokerReachWatch(RecordSink& sink, RelayStats& stats, std::string bootstrap_servers);
+  ~BrokerReachWatch();  // the session ends: clears stats.kafka_unreached_since_us
+  BrokerReachWatch(const BrokerReachWatch&) = delete;
+  BrokerReachWatch& operator=(const BrokerReachWatch&) = delete;
+  void Check();
+
+ private:
+  RecordSink& sink_;
+  RelayStats& stats_;
+  std::string bootstrap_servers_;
+  bool reached_ = false;
+  bool warned_ = false;
+  std::chrono::steady_clock::time_point started_;
 };
 
 // Sets a delivery handler on a sink for this object's lifetime and clears it on every way
@@ -113,6 +142,7 @@ class KafkaSink : public RecordSink {
   }
   int WakeFd() const override { return producer_->wake_fd(); }
   void StopProducing(const Status& why) override { producer_->StopAfter(why); }
+  bool BrokerReached() override { return producer_->BrokerReached(); }
   kafka::Producer& producer() { return *producer_; }
 
  private:
@@ -318,6 +348,7 @@ class Pipeline {
     int64_t commit_time_us;
   };
   std::deque<PendingCommit> pending_commits_;
+  BrokerReachWatch reach_;
   std::chrono::steady_clock::time_point next_status_;
   std::chrono::steady_clock::time_point next_tick_;
 };

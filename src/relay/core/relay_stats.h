@@ -52,6 +52,9 @@ struct RelayStats {
   // flight or reports keep arriving. Past kKafkaWaitIsNews (pipeline.h), /readyz says the
   // relay waits for Kafka.
   std::atomic<int64_t> kafka_waiting_since_us{0};
+  // gauge: wall time (Unix µs) since which this session's producer has reached no broker
+  // (pipeline.h, BrokerReachWatch); 0 once one answered, or between sessions.
+  std::atomic<int64_t> kafka_unreached_since_us{0};
   // Poll mode (polling/poller.h).
   std::atomic<int> polling{0};                       // gauge: 1 while a poll session runs
   std::atomic<uint64_t> poll_failed_produces{0};     // rows whose produce failed (retried)

@@ -108,7 +108,8 @@ Poller::Poller(const RelayConfig& config, PGconn* conn, RecordSink& sink,
       stats_(stats),
       rows_per_poll_(rows_per_poll),
       produce_latency_(produce_latency),
-      mapper_(config) {}
+      mapper_(config),
+      reach_(sink, stats, config.bootstrap_servers) {}
 
 Poller::~Poller() = default;
 
@@ -168,6 +169,7 @@ Status Poller::Prepare() {
 
 Result<uint64_t> Poller::PollOnce(const std::atomic<bool>& stop) {
   uint64_t handled = 0;
+  reach_.Check();
   for (size_t i = 0; i < config_.tables.size(); ++i) {
     WALRELAY_ASSIGN_OR_RETURN(uint64_t n, PollTable(i, stop));
     handled += n;
@@ -264,6 +266,7 @@ Result<uint64_t> Poller::PollTable(size_t table_index, const std::atomic<bool>& 
   auto await_deliveries = [&]() -> Status {
     while (pending != 0) {
       sink_.Poll(std::chrono::milliseconds(50));
+      reach_.Check();
       stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
       if (!failure.ok()) return failure;
       WALRELAY_RETURN_IF_ERROR(sink_.Fatal());

@@ -150,6 +150,7 @@ class Poller {
   std::vector<std::string> select_sql_;
   // Topics the sink said exist and may be written, until when that is believed.
   std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> topics_ok_;
+  BrokerReachWatch reach_;
 };
 
 }  // namespace walrelay::relay

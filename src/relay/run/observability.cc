@@ -10,9 +10,9 @@
 namespace walrelay::relay {
 namespace {
 
-// Seconds since stats.kafka_waiting_since_us, 0 when no event waits.
-double KafkaWaitedSeconds(const RelayStats& stats) {
-  const int64_t since = stats.kafka_waiting_since_us.load(std::memory_order_relaxed);
+// Seconds since `since_us` (Unix µs), 0 when it is 0.
+double SecondsSince(const std::atomic<int64_t>& since_us) {
+  const int64_t since = since_us.load(std::memory_order_relaxed);
   if (since == 0) return 0;
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
@@ -79,7 +79,10 @@ Status Relay::StartObservability() {
     return end > flush ? static_cast<double>(end - flush) : 0.0;
   });
   r.AddGaugeCallback(mn::kKafkaWaiting.name, mn::kKafkaWaiting.help, {}, [this] {
-    return KafkaWaitedSeconds(stats_);
+    return SecondsSince(stats_.kafka_waiting_since_us);
+  });
+  r.AddGaugeCallback(mn::kKafkaUnreached.name, mn::kKafkaUnreached.help, {}, [this] {
+    return SecondsSince(stats_.kafka_unreached_since_us);
   });
   r.AddGaugeCallback(mn::kOldestUnconfirmedEvent.name, mn::kOldestUnconfirmedEvent.help, {}, [this] {
     const int64_t commit_us = stats_.oldest_unconfirmed_commit_us.load();
@@ -157,6 +160,17 @@ Status Relay::StartObservability() {
           !kafka.ok()) {
         return kafka;
       }
+      if (const double unreached = SecondsSince(stats_.kafka_unreached_since_us);
+          unreached >= static_cast<double>(kKafkaUnreachedIsNews.count())) {
+        return UnavailableError(
+            "no Kafka broker at " +
+            (config_.bootstrap_servers.empty() ? std::string("the embedded dev broker")
+                                               : config_.bootstrap_servers) +
+            " has answered for " + std::to_string(static_cast<int64_t>(unreached)) +
+            " s (refused, unknown host, firewall or TLS/SASL mismatch: see the log); events "
+            "wait in the slot, nothing is lost, nothing is confirmed past them. Fix: check "
+            "kafka.bootstrap_servers and that a broker listens there");
+      }
       if (config_.source_mode == SourceMode::kPoll) {
         if (stats_.polling.load() == 0) return UnavailableError("not polling");
         return Status::Ok();
@@ -180,7 +194,7 @@ Status Relay::StartObservability() {
         }
         return UnavailableError("not streaming");
       }
-      if (const double waited = KafkaWaitedSeconds(stats_);
+      if (const double waited = SecondsSince(stats_.kafka_waiting_since_us);
           waited >= static_cast<double>(kKafkaWaitIsNews.count())) {
         return UnavailableError(
             "waiting for Kafka: " + std::to_string(stats_.in_flight_events.load()) +
