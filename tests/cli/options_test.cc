@@ -503,6 +503,26 @@ TEST(OptionsTest, ExitCodes) {
   EXPECT_EQ(RunBinary(""), 2);
 }
 
+// Issue 42 item 10: the shipped unit restarts what a restart may cure (exit 1) and stops on
+// what it cannot (2: configuration, 3: needs an operator), the codes ExitCodeFor gives;
+// `scripts/test.sh` runs systemd-analyze verify on the same file.
+TEST(OptionsTest, TheSystemdUnitRestartsExactlyTheFailuresARestartCanCure) {
+  std::ifstream in(std::string(WALRELAY_SOURCE_DIR) + "/packaging/systemd/walrelay.service");
+  ASSERT_TRUE(in);
+  std::string line, restart, prevent;
+  while (std::getline(in, line)) {
+    if (line.rfind("Restart=", 0) == 0) restart = line.substr(8);
+    if (line.rfind("RestartPreventExitStatus=", 0) == 0) prevent = line.substr(25);
+  }
+  EXPECT_EQ(restart, "on-failure");  // a non-zero exit, a signal, the watchdog
+  EXPECT_EQ(prevent, std::to_string(kExitUsage) + " " + std::to_string(kExitNeedsOperator));
+  EXPECT_EQ(ExitCodeFor(UnavailableError("kafka down")), kExitFailure);
+  EXPECT_EQ(ExitCodeFor(FailedPreconditionError("wal_level is replica")), kExitUsage);
+  EXPECT_EQ(ExitCodeFor(PermissionDeniedError("no password supplied")), kExitUsage);
+  EXPECT_EQ(ExitCodeFor(NotFoundError("database \"app\" does not exist")), kExitUsage);
+  EXPECT_EQ(ExitCodeFor(DataLossError("slot lost")), kExitNeedsOperator);
+}
+
 // Runs the binary with `env` prepended; its exit code and its stderr.
 std::pair<int, std::string> RunBinaryForStderr(const std::string& env, const std::string& args) {
   const std::string err = WriteFile("");
