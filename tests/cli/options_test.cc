@@ -13,8 +13,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include "base/suggest.h"
 #include "src/cli/log_format.h"
 
 namespace walrelay::cli {
@@ -458,6 +460,58 @@ TEST(OptionsTest, ConfigurationReferenceDocIsCurrent) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), ConfigurationReference())
       << "regenerate with: walrelay config-reference > docs/configuration.md";
+}
+
+// Every option flag the documentation names exists: a flag of one of the registry's
+// sections (--source-*, --kafka-*, ...) in README.md, docs/*.md or docker/README.md that
+// is not an option is a typo a reader would copy (issue 42: --outbox-allowed-topics).
+TEST(OptionsTest, EveryOptionFlagTheDocsNameExists) {
+  std::set<std::string> flags, prefixes;
+  for (const auto& spec : RunOptions()) {
+    flags.insert(spec.Flag());
+    const std::string section = spec.key.substr(0, spec.key.find('.'));
+    std::string prefix = "--" + section + "-";
+    for (char& ch : prefix) {
+      if (ch == '_') ch = '-';
+    }
+    prefixes.insert(prefix);
+  }
+  const std::string root = WALRELAY_SOURCE_DIR;
+  std::vector<std::string> files = {root + "/README.md", root + "/docker/README.md"};
+  for (const char* doc : {"configuration", "guarantees", "inbox-contract", "inbox",
+                          "migrating-from-debezium", "operations", "poll-mode",
+                          "recording-format", "releasing"}) {
+    files.push_back(root + "/docs/" + doc + ".md");
+  }
+  size_t checked = 0;
+  for (const std::string& path : files) {
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    for (size_t at = text.find("--"); at != std::string::npos; at = text.find("--", at + 2)) {
+      size_t end = at + 2;
+      while (end < text.size() && (std::islower(static_cast<unsigned char>(text[end])) ||
+                                   std::isdigit(static_cast<unsigned char>(text[end])) ||
+                                   text[end] == '-')) {
+        ++end;
+      }
+      std::string flag = text.substr(at, end - at);
+      while (flag.ends_with("-")) flag.pop_back();
+      const bool option_like = std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) {
+        return flag.starts_with(p);
+      });
+      if (!option_like || (at > 0 && text[at - 1] != ' ' && text[at - 1] != '`' &&
+                           text[at - 1] != '(' && text[at - 1] != '\n')) {
+        continue;
+      }
+      ++checked;
+      EXPECT_TRUE(flags.count(flag)) << path << " names " << flag << ", which is not an option"
+                                     << DidYouMean(flag, {flags.begin(), flags.end()});
+    }
+  }
+  EXPECT_GT(checked, 50u) << "the docs name option flags: the scan found too few";
 }
 
 // docker/walrelay.example.toml parses and names every option of the registry, so the
