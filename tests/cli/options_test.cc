@@ -557,6 +557,23 @@ TEST(OptionsTest, ExitCodes) {
   EXPECT_EQ(RunBinary(""), 2);
 }
 
+// Issue 42 rough edges: guard thresholds in the wrong order were accepted.
+TEST(OptionsTest, GuardWarnAboveCriticalIsRefused) {
+  auto args = kMinimal;
+  for (const char* a : {"--guard-warn", "8GB", "--guard-critical", "1GB"}) args.push_back(a);
+  auto p = Parse(args);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("--guard-warn (8.00 GB) is above --guard-critical"),
+            std::string::npos)
+      << p.config.status().ToString();
+  args = kMinimal;
+  for (const char* a : {"--guard-warn", "90%", "--guard-critical", "0.5"}) args.push_back(a);
+  EXPECT_FALSE(Parse(args).config.ok());
+  args = kMinimal;  // different kinds cannot be compared without the server: accepted
+  for (const char* a : {"--guard-warn", "50%", "--guard-critical", "8GB"}) args.push_back(a);
+  EXPECT_TRUE(Parse(args).config.ok());
+}
+
 // Issue 42 item 10: the shipped unit restarts what a restart may cure (exit 1) and stops on
 // what it cannot (2: configuration, 3: needs an operator), the codes ExitCodeFor gives;
 // `scripts/test.sh` runs systemd-analyze verify on the same file.

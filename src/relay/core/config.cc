@@ -317,6 +317,21 @@ Status RelayConfig::Validate() const {
     auto t = Threshold::Parse(*value);
     if (!t.ok()) return InvalidArgumentError(std::string(flag) + ": " + t.status().message());
   }
+  {
+    // Both of one kind (a size, or a fraction of max_slot_wal_keep_size): warn must come
+    // first, else the warning never shows before the page.
+    const Threshold warn = *Threshold::Parse(guard_warn), critical = *Threshold::Parse(guard_critical);
+    const bool reversed =
+        warn.kind == critical.kind &&
+        ((warn.kind == Threshold::Kind::kBytes && warn.bytes > critical.bytes) ||
+         (warn.kind == Threshold::Kind::kFraction && warn.fraction > critical.fraction));
+    if (reversed) {
+      return InvalidArgumentError("--guard-warn (" + warn.ToString() +
+                                  ") is above --guard-critical (" + critical.ToString() +
+                                  "): the warning would never come before the critical state. "
+                                  "Fix: make --guard-warn the smaller one");
+    }
+  }
   if (log_format != "text" && log_format != "json") {
     return InvalidArgumentError("ops.log_format: expected text or json, got '" + log_format + "'");
   }

@@ -213,7 +213,15 @@ Status Relay::StartObservability() {
     };
     if (config_.embedded_kafka) so.note = [] { return std::string(kEmbeddedKafkaWarning); };
     WALRELAY_ASSIGN_OR_RETURN(obs_->server, metrics::MetricsServer::Start(&r, so));
-    spdlog::info("metrics on http://{}/metrics (also /healthz, /readyz)", config_.metrics_address);
+    // ":9187" and "0.0.0.0:9187" listen on every interface: say so, with a URL that works
+    // here, instead of "http://:9187"; port 0 shows the port the kernel chose.
+    const std::string& address = config_.metrics_address;
+    const size_t colon = address.rfind(':');
+    std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+    const bool any = host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+    if (any) host = "localhost";
+    spdlog::info("metrics on http://{}:{}/metrics (also /healthz, /readyz){}", host,
+                 obs_->server->port(), any ? ", listening on every interface" : "");
   }
   return Status::Ok();
 }
