@@ -139,8 +139,9 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
       std::string(version >= kPgVersionSlotConflicting ? "conflicting, " : "NULL::boolean, ") +
       (SupportsFailoverSlots(version)
            ? "invalidation_reason, to_char(inactive_since AT TIME ZONE 'UTC', "
-             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), failover, synced "
-           : "NULL::text, NULL::text, false, false ") +
+             "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), failover, synced, "
+             "extract(epoch FROM now() - inactive_since)::bigint "
+           : "NULL::text, NULL::text, false, false, NULL::bigint ") +
       "FROM pg_replication_slots " +
       where + " ORDER BY slot_name";
   WALRELAY_ASSIGN_OR_RETURN(PgResultPtr r, Query("reading pg_replication_slots", sql, params));
@@ -170,6 +171,10 @@ Result<std::vector<SlotInfo>> SlotAdmin::SelectSlots(const std::string& where,
     s.inactive_since = Value(r.get(), i, 14);
     s.failover = Value(r.get(), i, 15) == "t";
     s.synced = Value(r.get(), i, 16) == "t";
+    if (!PQgetisnull(r.get(), i, 17)) {
+      WALRELAY_ASSIGN_OR_RETURN(s.inactive_seconds,
+                                ParseInt("inactive seconds", Value(r.get(), i, 17)));
+    }
     slots.push_back(std::move(s));
   }
   return slots;

@@ -46,6 +46,8 @@ struct SlotInfo {
   // PostgreSQL 17+, as the server's timestamptz text in UTC); empty while active, or on
   // servers before 17, which do not record it.
   std::string inactive_since;
+  // Seconds since inactive_since, by the server's clock; nullopt while active or before 17.
+  std::optional<int64_t> inactive_seconds;
   // pg_replication_slots.failover (PostgreSQL 17+): synchronized to standbys with
   // sync_replication_slots on; false before 17.
   bool failover = false;

@@ -10,12 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include "base/json.h"
+#include "base/sql.h"
 #include "slot/slot_admin.h"
+#include "slot/pg_error.h"
 #include "slot/server_version.h"
 #include "src/cli/options.h"
 #include "src/metrics/registry.h"
@@ -37,6 +40,7 @@ extern "C" void OnLagSignal(int) { g_lag_stop.store(true); }
 struct Row {
   std::string name;  // the slot (for a missing --slot: the requested name)
   std::optional<slot::SlotInfo> info;
+  bool walrelay = false;  // named in walrelay's progress table
   SlotEvaluation eval;
 };
 
@@ -52,23 +56,87 @@ struct Snapshot {
   std::vector<std::string> missing_tables;  // asked for, not found
 };
 
-Result<Snapshot> Collect(slot::SlotAdmin& admin, const Threshold& warn, const Threshold& critical,
-                         const std::vector<std::string>& only) {
+// walrelay's slots: those its progress table names, with the seconds since walrelay last
+// recorded progress for each. Empty when the table does not exist.
+using WalrelaySlots = std::map<std::string, int64_t>;
+Result<WalrelaySlots> ReadWalrelaySlots(PGconn* conn, const std::string& progress_table) {
+  const std::string quoted = QuoteQualifiedName(progress_table);
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr exists,
+      slot::ExecPg(conn, "SELECT to_regclass($1) IS NOT NULL", {quoted.c_str()},
+                   "lag: looking up the progress table " + progress_table));
+  WalrelaySlots slots;
+  if (std::string_view(PQgetvalue(exists.get(), 0, 0)) != "t") return slots;
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgResultPtr r,
+      slot::ExecPg(conn,
+                   "SELECT slot, extract(epoch FROM now() - max(updated_at))::bigint FROM " +
+                       quoted + " GROUP BY slot",
+                   {}, "lag: reading the progress table " + progress_table));
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    slots[PQgetvalue(r.get(), i, 0)] = std::atoll(PQgetvalue(r.get(), i, 1));
+  }
+  return slots;
+}
+
+std::string Ago(int64_t seconds) {
+  if (seconds < 120) return std::to_string(seconds) + " s";
+  if (seconds < 7200) return std::to_string(seconds / 60) + " min";
+  if (seconds < 172800) return std::to_string(seconds / 3600) + " h";
+  return std::to_string(seconds / 86400) + " days";
+}
+
+// A walrelay slot that no relay reads keeps WAL until one does: a warning at least, once it
+// has been unread for a minute (a relay between two sessions lets it go for a second).
+// Servers before 17 do not say since when; then it warns at once and names the last
+// progress walrelay recorded.
+void CheckUnread(Row& r, const WalrelaySlots& walrelay) {
+  auto it = walrelay.find(r.name);
+  if (it == walrelay.end() || !r.info || r.info->active) return;
+  r.walrelay = true;
+  if (r.eval.state != SlotState::kOk) return;
+  const auto& since = r.info->inactive_seconds;
+  if (since && *since < 60) return;
+  r.eval.state = SlotState::kWarn;
+  r.eval.reason =
+      "walrelay's slot, and no relay reads it" +
+      (since ? " (unread for " + Ago(*since) + ", since " + r.info->inactive_since + ")"
+             : " (this server does not record since when; walrelay last recorded progress " +
+                   Ago(it->second) + " ago)") +
+      ": it keeps WAL until a relay streams it again, and every event since waits. Fix: start "
+      "`walrelay run` for it, or drop it (SELECT pg_drop_replication_slot('" + r.name +
+      "')) if no relay will read it again: its unpublished events are then lost to WAL mode "
+      "(republish them)";
+}
+
+Result<Snapshot> Collect(slot::SlotAdmin& admin, const Threshold& given_warn,
+                         const Threshold& given_critical, const std::vector<std::string>& only,
+                         const WalrelaySlots& walrelay) {
   Snapshot s;
   WALRELAY_ASSIGN_OR_RETURN(s.settings, admin.GetServerSettings());
   WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::SlotInfo> slots, admin.ListSlots());
   WALRELAY_ASSIGN_OR_RETURN(s.current, admin.CurrentWalLsn());
   const int64_t keep = s.settings.max_slot_wal_keep_size_bytes;
-  s.warn_bytes = warn.Resolve(keep);
-  s.critical_bytes = critical.Resolve(keep);
+  // Without thresholds, walrelay's slots get the relay's own (guard.warn, guard.critical),
+  // so that the check and the relay agree; other slots fail only when lost or unreserved.
+  const bool defaults =
+      given_warn.kind == Threshold::Kind::kNone && given_critical.kind == Threshold::Kind::kNone;
+  const relay::RelayConfig relay_defaults;
+  const Threshold relay_warn = *Threshold::Parse(relay_defaults.guard_warn);
+  const Threshold relay_critical = *Threshold::Parse(relay_defaults.guard_critical);
+  s.warn_bytes = given_warn.Resolve(keep);
+  s.critical_bytes = given_critical.Resolve(keep);
   for (auto& info : slots) {
     if (!only.empty() && std::find(only.begin(), only.end(), info.slot_name) == only.end()) {
       continue;
     }
     Row r;
     r.name = info.slot_name;
-    r.eval = relay::EvaluateSlot(info, keep, warn, critical);
+    const bool ours = walrelay.count(r.name) > 0 && defaults;
+    r.eval = relay::EvaluateSlot(info, keep, ours ? relay_warn : given_warn,
+                                 ours ? relay_critical : given_critical);
     r.info = std::move(info);
+    CheckUnread(r, walrelay);
     s.rows.push_back(std::move(r));
   }
   for (const auto& want : only) {
@@ -243,6 +311,7 @@ std::string RenderJson(const Snapshot& s) {
     if (k > 0) o += ",";
     o += "{\"slot_name\":" + JsonString(r.name);
     o += ",\"exists\":" + std::string(i ? "true" : "false");
+    o += ",\"walrelay\":" + std::string(r.walrelay ? "true" : "false");
     if (i != nullptr) {
       o += ",\"plugin\":" + (i->plugin.empty() ? "null" : JsonString(i->plugin));
       o += ",\"slot_type\":" + JsonString(i->slot_type);
@@ -260,6 +329,7 @@ std::string RenderJson(const Snapshot& s) {
       o += ",\"safe_wal_size_bytes\":" + JsonOpt(i->safe_wal_size);
       o += ",\"inactive_since\":" +
            (i->inactive_since.empty() ? "null" : JsonString(i->inactive_since));
+      o += ",\"inactive_seconds\":" + JsonOpt(i->inactive_seconds);
       const bool since_17 = slot::SupportsFailoverSlots(s.settings.server_version_num);
       auto flag = [since_17](bool v) { return !since_17 ? "null" : v ? "true" : "false"; };
       o += ",\"failover\":" + std::string(flag(i->failover));
@@ -382,6 +452,12 @@ LagCommand::LagCommand(CLI::App* parent) {
                    "Warn when a slot retains this much WAL: bytes with a unit (512MB, 1GB; "
                    "1024-based) or a fraction of max_slot_wal_keep_size (0.5, 50%)");
   app_->add_option("--critical", critical_, "Critical threshold, same forms as --warn");
+  app_->add_option("--progress-table", progress_table_,
+                   "walrelay's progress table (source.progress_table): the slots it names are "
+                   "walrelay's. Such a slot that no relay reads is a warning (after a minute "
+                   "unread on PostgreSQL 17+), and without --warn/--critical it is judged by "
+                   "the relay's own guard thresholds (1GB, 8GB). Default: walrelay_progress")
+      ->capture_default_str();
   app_->add_option("--slot", slots_,
                    "Only these slots (repeatable); a listed slot that does not exist is "
                    "critical");
@@ -444,7 +520,7 @@ int LagCommand::Run() const {
   const bool tty = isatty(STDOUT_FILENO) == 1;
 
   std::unique_ptr<slot::SlotAdmin> admin;
-  slot::PgConnPtr health_conn;  // --tables
+  slot::PgConnPtr health_conn;  // --tables, and walrelay's progress table
   int code = kLagExitUnknown;
   do {
     Result<Snapshot> snap = UnavailableError("not connected");
@@ -456,25 +532,35 @@ int LagCommand::Run() const {
         snap = a.status();
       }
     }
-    if (admin) {
-      snap = Collect(*admin, *warn, *critical, slots_);
+    if (admin && !health_conn) {
+      auto c = slot::ConnectPg(dsn, "false", "lag");
+      if (c.ok()) {
+        health_conn = std::move(*c);
+      } else {
+        snap = c.status();
+      }
+    }
+    if (admin && health_conn) {
+      WalrelaySlots walrelay;
+      if (auto w = ReadWalrelaySlots(health_conn.get(), progress_table_); w.ok()) {
+        walrelay = std::move(*w);
+      } else if (!progress_warned_) {  // e.g. no SELECT on it: the check goes on without
+        progress_warned_ = true;
+        std::cerr << "walrelay lag: note: " << w.status().message()
+                  << "; walrelay's slots are judged like any other (grant SELECT on "
+                  << progress_table_ << " to this role)\n";
+      }
+      snap = Collect(*admin, *warn, *critical, slots_, walrelay);
       if (snap.ok() && !tables_.empty()) {
-        if (!health_conn) {
-          auto c = slot::ConnectPg(dsn, "false", "table health");
-          if (c.ok()) {
-            health_conn = std::move(*c);
-          } else {
-            snap = c.status();
-          }
-        }
-        if (health_conn) {
-          if (Status st = CollectTables(health_conn.get(), tables_, &*snap); !st.ok()) {
-            health_conn.reset();
-            snap = st;
-          }
+        if (Status st = CollectTables(health_conn.get(), tables_, &*snap); !st.ok()) {
+          health_conn.reset();
+          snap = st;
         }
       }
-      if (!snap.ok() && snap.status().code() == StatusCode::kUnavailable) admin.reset();
+      if (!snap.ok() && snap.status().code() == StatusCode::kUnavailable) {
+        admin.reset();
+        health_conn.reset();
+      }
     }
     if (snap.ok()) {
       code = snap->exit_code;

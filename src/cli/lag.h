@@ -65,6 +65,8 @@ class LagCommand {
   std::string critical_;
   std::vector<std::string> slots_;
   std::vector<std::string> tables_;
+  std::string progress_table_ = "walrelay_progress";
+  mutable bool progress_warned_ = false;
 };
 
 }  // namespace walrelay::cli

@@ -110,6 +110,58 @@ TEST_F(LagTest, UnreadSlotCrossesWarnThenCriticalWithExitCodes) {
   ASSERT_TRUE(cluster_->Exec("SELECT pg_drop_replication_slot('lag_slot')").ok());
 }
 
+// Issue 42 item 8: a walrelay slot nobody reads showed state ok (no thresholds given).
+// Now a slot named in walrelay's progress table that no relay reads is a warning with
+// "unread" (PostgreSQL 17+: after a minute, with since when; before 17 at once, with the last
+// progress walrelay recorded); another inactive slot stays ok; thresholds default to the
+// relay's for walrelay's slots.
+TEST_F(LagTest, AWalrelaySlotNobodyReadsIsAWarning) {
+  ASSERT_TRUE(cluster_
+                  ->Exec("SELECT pg_create_logical_replication_slot('wr_unread', 'pgoutput'); "
+                         "SELECT pg_create_logical_replication_slot('other_unread', 'pgoutput'); "
+                         "CREATE TABLE walrelay_progress (slot text NOT NULL, source text NOT "
+                         "NULL, updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY "
+                         "(slot, source)); INSERT INTO walrelay_progress (slot, source) VALUES "
+                         "('wr_unread', 'wal')")
+                  .ok());
+  auto version = cluster_->QueryScalar("SHOW server_version_num");
+  ASSERT_TRUE(version.ok());
+  const bool since_17 = std::stoi(*version) >= 170000;
+
+  EXPECT_EQ(Lag(Dsn() + " --slot other_unread").code, 0) << "not walrelay's: ok while unread";
+  LagRun r = Lag(Dsn() + " --slot wr_unread --json");
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << r.out;
+  simdjson::dom::element row = doc["slots"].at(0);
+  EXPECT_TRUE(row["walrelay"].get_bool().value()) << r.out;
+  if (since_17) {
+    // Unread for less than a minute: a relay between sessions, not news yet.
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(row["inactive_seconds"].is_int64()) << r.out;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_EQ(std::string(row["state"].get_string().value()), "warn") << r.out;
+    const std::string reason(row["reason"].get_string().value());
+    EXPECT_NE(reason.find("walrelay's slot, and no relay reads it"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("walrelay last recorded progress"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("pg_drop_replication_slot('wr_unread')"), std::string::npos) << reason;
+    EXPECT_TRUE(row["inactive_seconds"].is_null()) << r.out;
+  }
+  // The table form names the reason too.
+  r = Lag(Dsn() + " --slot wr_unread");
+  if (!since_17) {
+    EXPECT_NE(r.out.find("wr_unread: warn: walrelay's slot"), std::string::npos) << r.out;
+  }
+  // Another progress table: the slot is not walrelay's there.
+  EXPECT_EQ(Lag(Dsn() + " --slot wr_unread --progress-table no_such_table").code, 0);
+  ASSERT_TRUE(cluster_
+                  ->Exec("SELECT pg_drop_replication_slot('wr_unread'); "
+                         "SELECT pg_drop_replication_slot('other_unread'); "
+                         "DROP TABLE walrelay_progress")
+                  .ok());
+}
+
 // --tables (issue 14): the tables' health next to the slots, in each output form; a
 // partitioned table's rows are its partitions'; a missing table is named, exit code as
 // without it.
