@@ -92,7 +92,8 @@ std::string Ago(int64_t seconds) {
 // progress walrelay recorded.
 void CheckUnread(Row& r, const WalrelaySlots& walrelay) {
   auto it = walrelay.find(r.name);
-  if (it == walrelay.end() || !r.info || r.info->active) return;
+  // A standby's synchronized copy (17+) is never read there: not news.
+  if (it == walrelay.end() || !r.info || r.info->active || r.info->synced) return;
   r.walrelay = true;
   if (r.eval.state != SlotState::kOk) return;
   const auto& since = r.info->inactive_seconds;

@@ -324,6 +324,11 @@ int main(int argc, char** argv) {
   // Before --create-tables, tables were created unless --no-tables: kept so that old
   // scripts run, now the default.
   setup->add_flag("--no-tables", no_tables, "")->group("")->excludes(create_tables_flag);
+  std::string relay_role;
+  setup->add_option("--relay-role", relay_role,
+                    "The role `walrelay run` logs in as, when another (the tables' owner) runs "
+                    "setup: grants it exactly the table privileges the relay needs (printed "
+                    "as GRANTs with --dry-run) and warns when it lacks REPLICATION");
 
   CLI::App* cutover = app.add_subcommand(
       "cutover", "Take over the slot of a stopped CDC connector and stream from it.");
@@ -465,7 +470,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     (void)walrelay::cli::SetLogFormat(config->log_format);
-    walrelay::Status st = walrelay::cli::RunSetup(*config, create_tables, dry_run);
+    walrelay::Status st = walrelay::cli::RunSetup(*config, create_tables, dry_run, relay_role);
     if (!st.ok()) {
       std::cerr << "walrelay setup: " << st.ToString() << "\n";
       return walrelay::cli::ExitCodeFor(st);

@@ -7,6 +7,7 @@
 #include "slot/server_version.h"
 #include "slot/slot_admin.h"
 #include "src/relay/lifecycle/partitions.h"
+#include "src/relay/core/privileges.h"
 #include "src/relay/core/progress.h"
 #include "src/relay/core/schema.h"
 
@@ -140,10 +141,14 @@ const char* Outcome(bool existed) { return existed ? "existed" : "created"; }
 
 }  // namespace
 
-Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run) {
+Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run,
+                const std::string& relay_role) {
+  std::vector<relay::Privilege> grants;
+  if (!relay_role.empty()) grants = relay::RelayPrivileges(config);
   if (dry_run) {
     const auto statements = SetupStatements(config, create_tables);
     for (const auto& s : statements) std::cout << s << ";\n\n";
+    for (const auto& g : grants) std::cout << "-- " << g.why << "\n" << g.GrantTo(relay_role) << ";\n\n";
     return Status::Ok();
   }
   const slot::ConnInfo conninfo = config.SourceConninfo();
@@ -163,6 +168,25 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   // The server's notices ("relation ... already exists, skipping") are what the outcome
   // lines below say once per object.
   PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
+
+  // The relay role, before anything is made: it must exist.
+  bool relay_role_replicates = true;
+  if (!relay_role.empty()) {
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgResultPtr r,
+        slot::ExecPg(conn.get(),
+                     "SELECT rolreplication OR rolsuper OR EXISTS (SELECT 1 FROM pg_roles m "
+                     "WHERE m.rolname = 'rds_replication' AND pg_has_role(r.oid, m.oid, "
+                     "'member')) FROM pg_roles r WHERE r.rolname = $1",
+                     {relay_role.c_str()}, "setup: looking up role " + relay_role));
+    if (PQntuples(r.get()) == 0) {
+      return InvalidArgumentError(
+          "--relay-role " + relay_role + ": no such role (nothing was created). Fix: create it "
+          "first, e.g. CREATE ROLE " + QuoteIdentifier(relay_role) +
+          " LOGIN REPLICATION PASSWORD '...'; (docs/operations.md, least privilege)");
+    }
+    relay_role_replicates = std::string_view(PQgetvalue(r.get(), 0, 0)) == "t";
+  }
 
   // What exists before: an outbox table is created only when asked (--create-tables), so a
   // misspelled name is refused before anything is made, instead of an empty table, a
@@ -225,6 +249,20 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
             << Outcome(dead_letters_existed) << "\n";
   std::cerr << "progress table " << config.progress_table << ": " << Outcome(progress_existed)
             << "\n";
+  for (const relay::Privilege& g : grants) {
+    const std::string sql = g.GrantTo(relay_role);
+    WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), sql, {}, "setup failed at:\n" + sql).status());
+    std::cerr << "relay role " << relay_role << ": granted " << g.privileges << " on "
+              << (g.schema ? "schema " : "") << g.object << "\n";
+  }
+  if (!relay_role.empty() && !poll && !relay_role_replicates) {
+    std::cerr << "warning: relay role " << relay_role
+              << " has no REPLICATION, which streaming the slot needs (a role attribute, not "
+                 "a GRANT setup can give). Fix, as a superuser: ALTER ROLE "
+              << QuoteIdentifier(relay_role)
+              << " REPLICATION; (Amazon RDS, Aurora: GRANT rds_replication TO "
+              << QuoteIdentifier(relay_role) << ";)\n";
+  }
   if (poll) {
     if (slot_existed) {
       std::cerr << "warning: replication slot " << config.slot

@@ -25,6 +25,10 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
 // created) and advice go to stderr. `create_tables` false: a configured outbox table that
 // does not exist is kInvalidArgument before anything is created (with the tables that look
 // like outbox tables, for a misspelled name).
-Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run);
+// `relay_role` non-empty: the role `walrelay run` will log in as (an existing role; the
+// connecting one is the tables' owner) is granted exactly relay::RelayPrivileges, printed as
+// GRANTs with --dry-run; a relay role without REPLICATION is warned about (WAL mode).
+Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run,
+                const std::string& relay_role = "");
 
 }  // namespace walrelay::cli

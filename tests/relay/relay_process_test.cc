@@ -313,7 +313,10 @@ TEST_F(RelayProcessTest, SecretsNeverLeaveTheProcess) {
                                    "--password-file", password_file, "--json"},
                                   log_);
   ASSERT_TRUE(lag_ok.ok());
-  EXPECT_EQ(lag_ok->Wait(30s), 0);
+  // Connected and judged: 0, or 1 for walrelay's slot that no relay reads at this moment
+  // (LagTest.AWalrelaySlotNobodyReadsIsAWarning); 3 would be a failed login.
+  const int lag_code = lag_ok->Wait(30s).value_or(-1);
+  EXPECT_TRUE(lag_code == 0 || lag_code == 1) << lag_code;
   // The inbox's example service: URI DSN and password file too; it credits the payment.
   auto ledger = Subprocess::Start(
       {WALRELAY_LEDGER_BINARY, "--bootstrap", kafka_->bootstraps(), "--group", "secrets",

@@ -5,6 +5,7 @@
 #include "base/sql.h"
 #include "slot/pg_error.h"
 #include "slot/replication_connection.h"
+#include "src/relay/core/privileges.h"
 #include "src/relay/recovery/backfill.h"
 
 namespace walrelay::relay {
@@ -129,6 +130,25 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           " is partitioned, and wal2json names every change by its partition (it has no "
           "publish_via_partition_root), so partitions attached later would be missed. Fix: "
           "use --source-plugin pgoutput for a partitioned outbox");
+    }
+  }
+
+  // 5b. table privileges: a missing one failed later, mid-session, as one "permission
+  // denied" at a time; all of them now, as the GRANTs to run (relay/core/privileges.h).
+  {
+    WALRELAY_ASSIGN_OR_RETURN(
+        slot::PgConnPtr conn,
+        slot::ConnectPg(conninfo, nullptr, "startup check connection", slot::kRelaySession));
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<std::string> grants, MissingGrants(conn.get(), config));
+    if (!grants.empty()) {
+      std::string list;
+      for (const std::string& g : grants) list += "\n  " + g;
+      return PermissionDeniedError(
+          "startup check: role \"" + std::string(PQuser(conn.get())) +
+          "\" lacks privileges walrelay needs (nothing was read or confirmed). Fix, as the "
+          "tables' owner:" + list +
+          "\n(or run `walrelay setup --relay-role " + std::string(PQuser(conn.get())) +
+          "` as the owner, which grants exactly these)");
     }
   }
 
