@@ -226,6 +226,9 @@ int RunListDeadLetters(const walrelay::relay::RelayConfig& config,
     walrelay::AppendJsonQuoted(&out, *v);
     return out;
   };
+  if (!json && !letters->empty()) {
+    std::cout << "ID  DEAD_AT  SOURCE  EVENT  TOPIC  [RE-DRIVE]  REASON\n";
+  }
   for (const auto& l : *letters) {
     if (json) {
       std::cout << "{\"id\":" << l.id << ",\"dead_at\":" << quoted(l.dead_at)
@@ -246,7 +249,15 @@ int RunListDeadLetters(const walrelay::relay::RelayConfig& config,
                 << l.reason << "\n";
     }
   }
-  if (!json) std::cerr << letters->size() << " dead letters\n";
+  if (!json) {
+    std::cerr << letters->size() << " dead letters";
+    if (!letters->empty()) {
+      std::cerr << ". Next: fix each cause (the REASON), then `walrelay dead-letters retry --id "
+                   "ID` (or --all): each is rebuilt from its outbox row when the row is still "
+                   "there, published, and its outcome recorded";
+    }
+    std::cerr << "\n";
+  }
   return 0;
 }
 

@@ -188,6 +188,20 @@ TEST(LeastPrivilegeTest, TheTwoRolePathAsDocumented) {
     t.join();
     EXPECT_TRUE(run.ok()) << run.ToString();
   }
+  // `dead-letters list`, as the relay role: a header, the letter with its reason, a next step.
+  {
+    const std::string cmd = std::string(WALRELAY_BINARY) + " dead-letters list --source-dsn '" +
+                            config.source_dsn + "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << out;
+    EXPECT_EQ(out.rfind("ID  DEAD_AT  SOURCE  EVENT  TOPIC  [RE-DRIVE]  REASON\n", 0), 0u) << out;
+    EXPECT_NE(out.find("no topic: the topic column is NULL"), std::string::npos) << out;
+    EXPECT_NE(out.find("1 dead letters. Next: fix each cause"), std::string::npos) << out;
+  }
   // The owner fixes the row; the relay role re-drives the letter and records the outcome.
   ASSERT_TRUE(c.Exec("UPDATE outbox SET aggregate_type = 'payment' WHERE event_type = 'NoTopic'").ok());
   auto redriven = relay::RedriveDeadLetters(config, relay::DeadLetterSelection{});
