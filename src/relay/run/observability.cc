@@ -172,7 +172,12 @@ Status Relay::StartObservability() {
             "kafka.bootstrap_servers and that a broker listens there");
       }
       if (config_.source_mode == SourceMode::kPoll) {
-        if (stats_.polling.load() == 0) return UnavailableError("not polling");
+        if (stats_.polling.load() == 0) {
+          return UnavailableError("no poll session runs (starting, or restarting after a "
+                                  "failure; sessions restarted so far: " +
+                                  std::to_string(stats_.restarts.load()) +
+                                  ", the log says why)");
+        }
         return Status::Ok();
       }
       if (stats_.standby.load() != 0) {
@@ -190,9 +195,11 @@ Status Relay::StartObservability() {
       }
       if (stats_.streaming.load() == 0) {
         if (std::string wait = stats_.ServerWait(); !wait.empty()) {
-          return UnavailableError("not streaming yet: " + wait);
+          return UnavailableError("no session streams yet: " + wait);
         }
-        return UnavailableError("not streaming");
+        return UnavailableError("no session streams (connecting, or reconnecting after a "
+                                "failure; sessions restarted so far: " +
+                                std::to_string(stats_.restarts.load()) + ", the log says why)");
       }
       if (const double waited = SecondsSince(stats_.kafka_waiting_since_us);
           waited >= static_cast<double>(kKafkaWaitIsNews.count())) {
