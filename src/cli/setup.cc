@@ -9,6 +9,7 @@
 #include "src/relay/lifecycle/partitions.h"
 #include "src/relay/core/privileges.h"
 #include "src/relay/core/progress.h"
+#include "src/relay/core/thresholds.h"
 #include "src/relay/core/schema.h"
 
 namespace walrelay::cli {
@@ -157,10 +158,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   WALRELAY_ASSIGN_OR_RETURN(slot::ServerSettings settings, admin->GetServerSettings());
   if (!poll) WALRELAY_RETURN_IF_ERROR(slot::RequireLogicalWalLevel(settings));
   if (!poll && settings.max_slot_wal_keep_size_bytes < 0) {
-    std::cerr << "warning: max_slot_wal_keep_size = -1 (unlimited): if walrelay stops reading "
-                 "the slot, PostgreSQL keeps WAL until the disk is full. Set a bound, e.g. "
-                 "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf(); and "
-                 "alert on slot lag (see README, Operations).\n";
+    std::cerr << "warning: " << relay::kUnlimitedSlotWalWarning << "\n";
   }
   WALRELAY_ASSIGN_OR_RETURN(
       slot::PgConnPtr conn,

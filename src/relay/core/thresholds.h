@@ -21,6 +21,18 @@ Result<uint64_t> ParseByteSize(std::string_view text);
 // Human units, 1024-based like pg_size_pretty: "812 B", "12.0 kB", "1.5 MB", "3.25 GB".
 std::string FormatBytes(uint64_t bytes);
 
+// What `walrelay setup` and `walrelay run`'s start checks say about an unlimited
+// max_slot_wal_keep_size, in one place. The example bound is above the guard's default
+// critical threshold (8GB), so the guard pages before the server gives the slot up.
+inline constexpr std::string_view kUnlimitedSlotWalWarning =
+    "max_slot_wal_keep_size = -1 (unlimited): while walrelay is stopped or stuck, its slot "
+    "keeps every WAL segment and can fill the server's disk, which stops PostgreSQL for all "
+    "applications. Fix: bound it above the longest relay outage you tolerate at your WAL "
+    "rate and above --guard-critical (8GB by default), e.g. ALTER SYSTEM SET "
+    "max_slot_wal_keep_size = '16GB'; SELECT pg_reload_conf(); — past the bound the slot is "
+    "invalidated (wal_status 'lost') instead of the disk filling up, and walrelay recovers it "
+    "from the outbox rows still in the table (docs/operations.md, section 1)";
+
 // A warn or critical threshold: absolute bytes, or a fraction of max_slot_wal_keep_size.
 struct Threshold {
   enum class Kind { kNone, kBytes, kFraction };

@@ -49,13 +49,7 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   // 3. max_slot_wal_keep_size
   const int64_t keep = report.settings.max_slot_wal_keep_size_bytes;
   if (keep < 0) {
-    warn(
-        "max_slot_wal_keep_size = -1 (unlimited): while walrelay is stopped or stuck, its slot "
-        "keeps every WAL segment and can fill the server's disk, which stops PostgreSQL for "
-        "all applications. Fix: bound it above the longest relay outage you tolerate, e.g. "
-        "ALTER SYSTEM SET max_slot_wal_keep_size = '16GB'; SELECT pg_reload_conf(); — past "
-        "the bound the slot is invalidated (wal_status 'lost') instead of the disk filling "
-        "up, and the outbox rows still in the table can be re-published");
+    warn(std::string(kUnlimitedSlotWalWarning));
     for (const Threshold* t : {&options.warn, &options.critical}) {
       if (t->kind == Threshold::Kind::kFraction) {
         warn("threshold " + t->ToString() +
