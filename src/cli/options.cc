@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "base/suggest.h"
+#include "src/relay/core/thresholds.h"
 
 namespace walrelay::cli {
 
@@ -124,6 +125,20 @@ OptionSpec Int(std::string key, std::string help, int64_t RelayConfig::*field) {
   OptionSpec s{std::move(key), OptionKind::kInt, std::move(help), false, nullptr, nullptr};
   s.apply = [field, s](RelayConfig& c, const Values& v) -> Status {
     WALRELAY_ASSIGN_OR_RETURN(c.*field, ParseInt(s, v.back()));
+    return Status::Ok();
+  };
+  s.show = [field](const RelayConfig& c) { return std::to_string(c.*field); };
+  return s;
+}
+
+// A size: bytes, or with a unit as the guard thresholds take it ("8MB", "512kB"; 1024-based,
+// relay::ParseByteSize), so that every size option reads the same.
+OptionSpec Bytes(std::string key, std::string help, int64_t RelayConfig::*field) {
+  OptionSpec s{std::move(key), OptionKind::kInt, std::move(help), false, nullptr, nullptr};
+  s.apply = [field, s](RelayConfig& c, const Values& v) -> Status {
+    auto bytes = relay::ParseByteSize(v.back());
+    if (!bytes.ok()) return InvalidArgumentError(s.Flag() + ": " + bytes.status().message());
+    c.*field = static_cast<int64_t>(*bytes);
     return Status::Ok();
   };
   s.show = [field](const RelayConfig& c) { return std::to_string(c.*field); };
@@ -508,8 +523,9 @@ std::vector<OptionSpec> BuildRunOptions() {
                   "Events produced but not yet acked before reading the stream pauses "
                   "(backpressure); also bounds the duplicates a crash can cause.",
                   &RelayConfig::max_in_flight_events));
-  o.push_back(Int("flow.max_in_flight_bytes",
-                  "Bytes of produced, unacked records before reading pauses.",
+  o.push_back(Bytes("flow.max_in_flight_bytes",
+                  "Bytes of produced, unacked records before reading pauses (a number, or "
+                  "with a unit: 8MB, 512kB).",
                   &RelayConfig::max_in_flight_bytes));
   o.push_back(Millis("flow.status_interval_ms",
                      "Standby status update period in ms (capped at wal_sender_timeout / 2).",

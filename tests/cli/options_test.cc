@@ -557,6 +557,24 @@ TEST(OptionsTest, ExitCodes) {
   EXPECT_EQ(RunBinary(""), 2);
 }
 
+// Issue 42 rough edges: sizes took units in --guard-warn and were refused in
+// --flow-max-in-flight-bytes.
+TEST(OptionsTest, EverySizeTakesUnits) {
+  auto args = kMinimal;
+  for (const char* a : {"--flow-max-in-flight-bytes", "16MB", "--guard-warn", "512MB"}) {
+    args.push_back(a);
+  }
+  auto p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_EQ(p.config->max_in_flight_bytes, 16 << 20);
+  args = kMinimal;
+  for (const char* a : {"--flow-max-in-flight-bytes", "16 parsecs"}) args.push_back(a);
+  p = Parse(args);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("--flow-max-in-flight-bytes"), std::string::npos)
+      << p.config.status().ToString();
+}
+
 // Issue 42 rough edges: guard thresholds in the wrong order were accepted.
 TEST(OptionsTest, GuardWarnAboveCriticalIsRefused) {
   auto args = kMinimal;
