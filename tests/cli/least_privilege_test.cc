@@ -226,6 +226,9 @@ TEST(LeastPrivilegeTest, AMissingPrivilegeIsRefusedAtStartWithTheGrants) {
   relay::RelayConfig config;
   config.source_dsn = c.conninfo();
   config.bootstrap_servers = (*kc)->bootstraps();
+  // A second outbox in a schema of its own: the role lacks USAGE on the schema too.
+  config.tables = {"public.outbox", "billing.outbox"};
+  ASSERT_TRUE(c.Exec("CREATE SCHEMA billing").ok());  // setup creates the tables
   ASSERT_TRUE(RunSetup(config, /*create_tables=*/true, /*dry_run=*/false).ok());
   ASSERT_TRUE(c.Exec("CREATE ROLE relay_bare LOGIN REPLICATION; "
                      "GRANT SELECT ON public.outbox TO relay_bare").ok());
@@ -238,6 +241,10 @@ TEST(LeastPrivilegeTest, AMissingPrivilegeIsRefusedAtStartWithTheGrants) {
       << run.message();
   EXPECT_NE(run.message().find("GRANT SELECT, INSERT, UPDATE ON walrelay_progress TO relay_bare"),
             std::string::npos)
+      << run.message();
+  EXPECT_NE(run.message().find("GRANT USAGE ON SCHEMA billing TO relay_bare"), std::string::npos)
+      << run.message();
+  EXPECT_NE(run.message().find("GRANT SELECT ON billing.outbox TO relay_bare"), std::string::npos)
       << run.message();
   EXPECT_EQ(run.message().find("ON public.outbox"), std::string::npos) << "it has that one";
   EXPECT_EQ(relay.stats().streaming.load(), 0);

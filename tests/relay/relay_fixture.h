@@ -63,9 +63,10 @@ class RelayTest : public ::testing::Test {
     });
     // Events written before the slot exists are not in its stream: wait for it (Apache
     // Kafka restarted a moment ago may take a few seconds to give the producer an id).
-    for (int i = 0; i < 1500 && relay_->stats().streaming.load() == 0; ++i) {
+    for (int i = 0; i < 1500 && relay_->stats().streaming.load() == 0 && !run_returned_; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    ASSERT_FALSE(run_returned_) << "relay stopped before streaming: " << run_status_.ToString();
     ASSERT_EQ(relay_->stats().streaming.load(), 1) << "relay did not start streaming";
   }
 

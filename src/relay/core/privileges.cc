@@ -76,36 +76,48 @@ std::vector<Privilege> RelayPrivileges(const RelayConfig& config) {
 
 Result<std::vector<std::string>> MissingGrants(PGconn* conn, const RelayConfig& config) {
   std::vector<std::string> grants;
+  // Schemas come first in the list. Without USAGE on a schema, PostgreSQL refuses even to
+  // look its tables up ("permission denied for schema"), so their privileges cannot be
+  // read: their GRANTs are all listed (granting one the role has is harmless).
+  std::set<std::string> unusable_schemas;
   for (const Privilege& p : RelayPrivileges(config)) {
-    const std::string name = p.schema ? QuoteIdentifier(p.object) : QuoteQualifiedName(p.object);
-    const std::string exists_sql = p.schema
-                                       ? "SELECT to_regnamespace($1) IS NOT NULL"
-                                       : "SELECT to_regclass($1) IS NOT NULL";
-    WALRELAY_ASSIGN_OR_RETURN(
-        slot::PgResultPtr exists,
-        slot::ExecPg(conn, exists_sql, {name.c_str()}, "startup check: looking up " + name));
-    if (std::string_view(PQgetvalue(exists.get(), 0, 0)) != "t") continue;
-    // Each privilege on its own: has_*_privilege answers for a list as "any of them".
+    const size_t dot = p.object.find('.');
+    const bool blind =
+        !p.schema && dot != std::string::npos && unusable_schemas.count(p.object.substr(0, dot));
+    // Schema functions take the name as it is; table functions parse it as SQL would.
+    const std::string name = p.schema ? p.object : QuoteQualifiedName(p.object);
     std::string missing;
-    std::stringstream list(p.privileges);
-    std::string one;
-    while (std::getline(list, one, ',')) {
-      while (!one.empty() && one.front() == ' ') one.erase(0, 1);
-      const std::string sql = p.schema ? "SELECT has_schema_privilege($1, $2)"
-                                       : "SELECT has_table_privilege($1, $2)";
+    if (blind) {
+      missing = p.privileges;
+    } else {
+      const std::string exists_sql =
+          p.schema ? "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"
+                   : "SELECT to_regclass($1) IS NOT NULL";
       WALRELAY_ASSIGN_OR_RETURN(
-          slot::PgResultPtr r,
-          slot::ExecPg(conn, sql, {name.c_str(), one.c_str()},
-                       "startup check: reading the privileges on " + name));
-      if (std::string_view(PQgetvalue(r.get(), 0, 0)) != "t") {
-        missing += (missing.empty() ? "" : ", ") + one;
+          slot::PgResultPtr exists,
+          slot::ExecPg(conn, exists_sql, {name.c_str()}, "startup check: looking up " + name));
+      if (std::string_view(PQgetvalue(exists.get(), 0, 0)) != "t") continue;
+      // Each privilege on its own: has_*_privilege answers for a list as "any of them".
+      std::stringstream list(p.privileges);
+      std::string one;
+      while (std::getline(list, one, ',')) {
+        while (!one.empty() && one.front() == ' ') one.erase(0, 1);
+        const std::string sql = p.schema ? "SELECT has_schema_privilege($1, $2)"
+                                         : "SELECT has_table_privilege($1, $2)";
+        WALRELAY_ASSIGN_OR_RETURN(
+            slot::PgResultPtr r,
+            slot::ExecPg(conn, sql, {name.c_str(), one.c_str()},
+                         "startup check: reading the privileges on " + name));
+        if (std::string_view(PQgetvalue(r.get(), 0, 0)) != "t") {
+          missing += (missing.empty() ? "" : ", ") + one;
+        }
       }
     }
-    if (!missing.empty()) {
-      Privilege need = p;
-      need.privileges = missing;
-      grants.push_back(need.GrantTo(PQuser(conn)) + ";  -- " + p.why);
-    }
+    if (missing.empty()) continue;
+    if (p.schema) unusable_schemas.insert(p.object);
+    Privilege need = p;
+    need.privileges = missing;
+    grants.push_back(need.GrantTo(PQuser(conn)) + ";  -- " + p.why);
   }
   return grants;
 }

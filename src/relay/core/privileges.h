@@ -43,7 +43,8 @@ std::vector<Privilege> RelayPrivileges(const RelayConfig& config);
 
 // The GRANT statements (one per object, only of what is missing) that would give the
 // connection's current user what RelayPrivileges says; objects that do not exist are left
-// out (the relay creates its own tables when it may). Empty when nothing is missing.
+// out (the relay creates its own tables when it may); the tables of a schema the user lacks
+// USAGE on cannot be read, so their GRANTs are listed whole. Empty when nothing is missing.
 Result<std::vector<std::string>> MissingGrants(PGconn* conn, const RelayConfig& config);
 
 }  // namespace walrelay::relay

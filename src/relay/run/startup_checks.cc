@@ -109,26 +109,9 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
     return info.status();
   }
 
-  // 5. the publication covers the outbox tables, through the root of a partitioned one
-  // (read-only; SlotAdmin::EnsurePublication would create it).
-  if (!config.tables.empty()) {
-    WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::ResolvedTable> tables,
-                              admin->ResolveTables(config.tables));
-    WALRELAY_ASSIGN_OR_RETURN(slot::PublicationCheck check,
-                              admin->CheckPublication(config.publication, tables));
-    report.publication_exists = check.exists;
-    WALRELAY_RETURN_IF_ERROR(check.Verdict(config.publication, config.create_slot));
-    if (config.plugin == "wal2json" && !check.partitioned.empty()) {
-      return FailedPreconditionError(
-          "outbox table " + check.partitioned.front() +
-          " is partitioned, and wal2json names every change by its partition (it has no "
-          "publish_via_partition_root), so partitions attached later would be missed. Fix: "
-          "use --source-plugin pgoutput for a partitioned outbox");
-    }
-  }
-
-  // 5b. table privileges: a missing one failed later, mid-session, as one "permission
-  // denied" at a time; all of them now, as the GRANTs to run (relay/core/privileges.h).
+  // 5a. table privileges, before 5b reads the tables: a missing one failed later,
+  // mid-session, as one "permission denied" at a time; all of them now, as the GRANTs to
+  // run (relay/core/privileges.h).
   {
     WALRELAY_ASSIGN_OR_RETURN(
         slot::PgConnPtr conn,
@@ -143,6 +126,24 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
           "tables' owner:" + list +
           "\n(or run `walrelay setup --relay-role " + std::string(PQuser(conn.get())) +
           "` as the owner, which grants exactly these)");
+    }
+  }
+
+  // 5b. the publication covers the outbox tables, through the root of a partitioned one
+  // (read-only; SlotAdmin::EnsurePublication would create it).
+  if (!config.tables.empty()) {
+    WALRELAY_ASSIGN_OR_RETURN(std::vector<slot::ResolvedTable> tables,
+                              admin->ResolveTables(config.tables));
+    WALRELAY_ASSIGN_OR_RETURN(slot::PublicationCheck check,
+                              admin->CheckPublication(config.publication, tables));
+    report.publication_exists = check.exists;
+    WALRELAY_RETURN_IF_ERROR(check.Verdict(config.publication, config.create_slot));
+    if (config.plugin == "wal2json" && !check.partitioned.empty()) {
+      return FailedPreconditionError(
+          "outbox table " + check.partitioned.front() +
+          " is partitioned, and wal2json names every change by its partition (it has no "
+          "publish_via_partition_root), so partitions attached later would be missed. Fix: "
+          "use --source-plugin pgoutput for a partitioned outbox");
     }
   }
 

@@ -47,7 +47,9 @@ struct StartupReport {
 //                invalidated (wal_status 'lost' kDataLoss (or a warning, see
 //                or invalidation_reason)
 //                                               lost_slot_is_error); 'unreserved' warns
-//   5. the publication covers config.tables     missing table: kNotFound; a partition
+//   5a. the role's table privileges            any missing: kPermissionDenied with every
+//      (relay/core/privileges.h)                GRANT to run (USAGE on schemas first)
+//   5b. the publication covers config.tables   missing table: kNotFound; a partition
 //      (resolved as SQL does, by OID)           or not a table, a table not in the
 //                                               publication, a partitioned table without
 //                                               publish_via_partition_root, no
