@@ -232,6 +232,34 @@ Result<std::optional<int>> SlotAdmin::SlotLockHolder(std::string_view slot_name)
   return std::optional<int>(static_cast<int>(pid));
 }
 
+Result<std::string> SlotAdmin::DescribeBackend(int pid) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r,
+      Query("reading who backend " + std::to_string(pid) + " serves",
+            "SELECT coalesce(application_name, ''), client_addr IS NULL AND client_port = -1, "
+            "coalesce(host(client_addr), ''), coalesce(client_port::text, ''), "
+            "coalesce(client_hostname, ''), coalesce(to_char(backend_start AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD HH24:MI:SS'), '') FROM pg_stat_activity WHERE pid = $1",
+            {std::to_string(pid)}));
+  std::string out = "pid " + std::to_string(pid);
+  if (PQntuples(r.get()) == 0) return out + " (gone)";
+  const std::string app = Value(r.get(), 0, 0);
+  const bool local = Value(r.get(), 0, 1) == "t";
+  const std::string addr = Value(r.get(), 0, 2);
+  const std::string port = Value(r.get(), 0, 3);
+  const std::string hostname = Value(r.get(), 0, 4);
+  const std::string since = Value(r.get(), 0, 5);
+  out += ", application '" + app + "'";
+  if (local) {
+    out += " over a local socket";
+  } else if (!addr.empty()) {
+    out += " from " + (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) +
+           (port.empty() ? "" : ":" + port) + (hostname.empty() ? "" : " (" + hostname + ")");
+  }
+  if (!since.empty()) out += ", connected " + since + " UTC";
+  return out;
+}
+
 Result<Lsn> SlotAdmin::CurrentWalLsn() {
   WALRELAY_ASSIGN_OR_RETURN(
       PgResultPtr r, Query("reading the WAL position", "SELECT " + std::string(kWalPositionSql)));

@@ -180,6 +180,11 @@ class SlotAdmin {
   Status UnlockSlot(std::string_view slot_name);
   // The pid of the backend holding the slot's lock; nullopt when no one holds it.
   Result<std::optional<int>> SlotLockHolder(std::string_view slot_name);
+  // Who a backend serves, for messages that name another relay rather than a pid
+  // (pg_stat_activity): "pid 1234, application 'walrelay' from 10.0.0.5:51234, connected
+  // 2026-12-06 19:40:02 UTC"; the client's address is "a local socket" for a Unix socket and
+  // left out where the role may not see it. "pid 1234 (gone)" when it has exited.
+  Result<std::string> DescribeBackend(int pid);
 
   Result<ServerSettings> GetServerSettings();
   // pg_current_wal_lsn(); on a standby (in recovery) pg_last_wal_replay_lsn().

@@ -227,7 +227,7 @@ int RunListDeadLetters(const walrelay::relay::RelayConfig& config,
     return out;
   };
   if (!json && !letters->empty()) {
-    std::cout << "ID  DEAD_AT  SOURCE  EVENT  TOPIC  [RE-DRIVE]  REASON\n";
+    std::cout << "ID  DEAD_AT  SOURCE  EVENT_ID  AGGREGATE_ID  TOPIC  [RE-DRIVE]  REASON\n";
   }
   for (const auto& l : *letters) {
     if (json) {
@@ -243,8 +243,9 @@ int RunListDeadLetters(const walrelay::relay::RelayConfig& config,
                 << ",\"redriven_at\":" << quoted(l.redriven_at)
                 << ",\"redrive_outcome\":" << quoted(l.redrive_outcome) << "}\n";
     } else {
-      std::cout << l.id << "  " << l.dead_at << "  " << l.source << "  event "
-                << l.event_id.value_or("-") << "  topic " << l.topic.value_or("-") << "  "
+      std::cout << l.id << "  " << l.dead_at << "  " << l.source << "  "
+                << l.event_id.value_or("-") << "  " << l.aggregate_id.value_or("-") << "  "
+                << l.topic.value_or("-") << "  "
                 << (l.redrive_outcome ? "re-drive " + *l.redrive_outcome + "  " : std::string())
                 << l.reason << "\n";
     }
@@ -254,7 +255,11 @@ int RunListDeadLetters(const walrelay::relay::RelayConfig& config,
     if (!letters->empty()) {
       std::cerr << ". Next: fix each cause (the REASON), then `walrelay dead-letters retry --id "
                    "ID` (or --all): each is rebuilt from its outbox row when the row is still "
-                   "there, published, and its outcome recorded";
+                   "there, published, and its outcome recorded. A letter's outbox row: "
+                   "SELECT * FROM SOURCE WHERE "
+                << (config.columns.event_id.empty() ? std::string("event_id")
+                                                    : config.columns.event_id)
+                << " = 'EVENT_ID'";
     }
     std::cerr << "\n";
   }
@@ -411,9 +416,9 @@ int main(int argc, char** argv) {
   dead_letters->require_subcommand(1);
   CLI::App* dl_list = dead_letters->add_subcommand(
       "list",
-      "List dead letters, oldest first: id, time, source, event id, topic, reason, re-drive "
-      "outcome. Letters a re-drive published are left out unless --all-states. Takes the "
-      "options of `run` (source and dead_letter.table).");
+      "List dead letters, oldest first: id, time, source, event id, aggregate id, topic, "
+      "re-drive outcome, reason. Letters a re-drive published are left out unless "
+      "--all-states. Takes the options of `run` (source and dead_letter.table).");
   walrelay::cli::RunOptionBinder dl_list_binder(dl_list);
   CLI::App* dl_retry = dead_letters->add_subcommand(
       "retry",

@@ -822,6 +822,31 @@ std::string RedactConninfo(std::string_view conninfo) {
   return out;
 }
 
+namespace {
+
+// The --help section of an option: its TOML section, titled. A subcommand's own options
+// stay in CLI11's default group, which it prints first.
+std::string HelpGroup(std::string_view key) {
+  const std::string_view section = key.substr(0, key.find('.'));
+  static const std::pair<std::string_view, std::string_view> kTitles[] = {
+      {"source", "Source (PostgreSQL) [source.*]"},
+      {"outbox", "Outbox tables and their mapping to records [outbox.*]"},
+      {"kafka", "Kafka [kafka.*]"},
+      {"flow", "Flow control and batching [flow.*]"},
+      {"guard", "Slot guard: retained WAL [guard.*]"},
+      {"recovery", "Lost-slot recovery [recovery.*]"},
+      {"poll", "Poll mode, --source-mode poll [poll.*]"},
+      {"dead_letter", "Dead letters [dead_letter.*]"},
+      {"ops", "Operations: metrics, health, logs [ops.*]"},
+  };
+  for (const auto& [name, title] : kTitles) {
+    if (name == section) return std::string(title);
+  }
+  return std::string(section) + " [" + std::string(section) + ".*]";
+}
+
+}  // namespace
+
 RunOptionBinder::RunOptionBinder(CLI::App* app) {
   app->add_option("-c,--config", config_path_, "TOML configuration file")
       ->envname("WALRELAY_CONFIG");
@@ -831,7 +856,9 @@ RunOptionBinder::RunOptionBinder(CLI::App* app) {
     Bound& b = bound_.back();
     std::string help = spec.help;
     if (!spec.secret) help += " [default: " + spec.show(relay::RelayConfig{}) + "]";
-    CLI::Option* opt = app->add_option(spec.Flag(), b.values, help)->envname(spec.EnvVar());
+    CLI::Option* opt = app->add_option(spec.Flag(), b.values, help)
+                           ->envname(spec.EnvVar())
+                           ->group(HelpGroup(spec.key));
     if (spec.kind == OptionKind::kList || spec.kind == OptionKind::kMap) {
       // Lists split on commas; map entries do not (a librdkafka value may hold commas).
       if (spec.kind == OptionKind::kList) opt->delimiter(',');

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "src/kafka/log_repeats.h"
+
 namespace walrelay::kafka {
 
 namespace {
@@ -73,7 +75,17 @@ void LogLibrdkafka(const rd_kafka_t* /*rk*/, int level, const char* facility, co
              : level == 4 ? spdlog::level::warn
              : level <= 6 ? spdlog::level::info
                           : spdlog::level::debug;
-  spdlog::log(spd, "rdkafka {}: {}", facility, MaskSecrets(line));
+  // Debug lines are asked for (kafka.properties debug=...): every one is shown.
+  static RepeatedLineFilter repeats;
+  std::string text = MaskSecrets(line);
+  std::string note;
+  if (spd != spdlog::level::debug) {
+    auto admitted = repeats.Admit(std::string(facility) + " " + text,
+                                  RepeatedLineFilter::Clock::now());
+    if (!admitted) return;
+    note = std::move(*admitted);
+  }
+  spdlog::log(spd, "rdkafka {}: {}{}", facility, text, note);
 }
 
 Status SetProperty(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {

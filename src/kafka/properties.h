@@ -30,7 +30,9 @@ bool IsSecretProperty(std::string_view name);
 // librdkafka's log callback for every client walrelay makes (rd_kafka_conf_set_log_cb):
 // the line goes to walrelay's log (its format, its level mapping) with every remembered
 // secret value replaced by ********. librdkafka's own lines may quote property values
-// (configuration warnings, debug dumps), and a log is no place for a password. Thread-safe.
+// (configuration warnings, debug dumps), and a log is no place for a password. A line
+// repeated within 60 s (but for its numbers) is held back and counted (log_repeats.h),
+// debug lines excepted. Thread-safe.
 void LogLibrdkafka(const rd_kafka_t* rk, int level, const char* facility, const char* line);
 
 // `line` with every remembered secret value masked (what LogLibrdkafka writes). Exposed

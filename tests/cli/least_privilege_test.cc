@@ -198,8 +198,18 @@ TEST(LeastPrivilegeTest, TheTwoRolePathAsDocumented) {
     char buf[4096];
     for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
     ASSERT_EQ(pclose(p), 0) << out;
-    EXPECT_EQ(out.rfind("ID  DEAD_AT  SOURCE  EVENT  TOPIC  [RE-DRIVE]  REASON\n", 0), 0u) << out;
+    EXPECT_EQ(out.rfind("ID  DEAD_AT  SOURCE  EVENT_ID  AGGREGATE_ID  TOPIC  [RE-DRIVE]  REASON\n",
+                        0),
+              0u)
+        << out;
     EXPECT_NE(out.find("no topic: the topic column is NULL"), std::string::npos) << out;
+    // The row is found by what the line shows: its source table and event id.
+    const auto event_id = c.QueryScalar("SELECT event_id FROM walrelay_dead_letter");
+    ASSERT_TRUE(event_id.ok());
+    EXPECT_NE(out.find("  public.outbox  " + *event_id + "  b1  -  "), std::string::npos) << out;
+    EXPECT_NE(out.find("A letter's outbox row: SELECT * FROM SOURCE WHERE event_id = 'EVENT_ID'"),
+              std::string::npos)
+        << out;
     EXPECT_NE(out.find("1 dead letters. Next: fix each cause"), std::string::npos) << out;
   }
   // The owner fixes the row; the relay role re-drives the letter and records the outcome.

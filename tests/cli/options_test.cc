@@ -686,3 +686,35 @@ TEST(OptionsTest, AMisspeltCommandOrFlagGetsTheClosestName) {
 
 }  // namespace
 }  // namespace walrelay::cli
+
+namespace walrelay::cli {
+namespace {
+
+// `run --help` lists every option under its TOML section's title, in the registry's
+// order; a subcommand's own options (here --dry-run) come before them.
+TEST(OptionsTest, HelpGroupsTheOptionsBySectionAfterTheCommandsOwn) {
+  CLI::App app;
+  RunOptionBinder binder(&app);
+  bool dry_run = false;
+  app.add_flag("--dry-run", dry_run, "a subcommand's own flag");
+  const std::string help = app.help();
+  const size_t own = help.find("--dry-run");
+  ASSERT_NE(own, std::string::npos) << help;
+  for (const OptionSpec& spec : RunOptions()) {
+    const std::string section = spec.key.substr(0, spec.key.find('.'));
+    const std::string title_end = "[" + section + ".*]:\n";
+    const size_t title = help.find(title_end);
+    ASSERT_NE(title, std::string::npos) << "no group for " << spec.key << "\n" << help;
+    const size_t flag = help.find("  " + spec.Flag() + " ");
+    ASSERT_NE(flag, std::string::npos) << spec.Flag();
+    EXPECT_GT(title, own) << "the command's own options come first";
+    EXPECT_GT(flag, title) << spec.Flag() << " is under its section's title";
+    const size_t next_title = help.find(".*]:\n", title + title_end.size());
+    if (next_title != std::string::npos) {
+      EXPECT_LT(flag, next_title) << spec.Flag() << " is in another section";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace walrelay::cli

@@ -1204,6 +1204,7 @@ TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
   RelayConfig standby_config = config_;
   standby_config.standby_interval = 100ms;
   standby_config.metrics_address = "127.0.0.1:0";
+  testing::LogCapture log;
   Relay standby(standby_config);
   Status standby_status;
   std::thread standby_thread([&] { standby_status = standby.Run(); });
@@ -1212,6 +1213,11 @@ TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
   }
   ASSERT_EQ(standby.stats().standby.load(), 1) << "the second relay did not stand by";
   EXPECT_EQ(standby.stats().streaming.load(), 0);
+  // The log names the other relay, not only its walsender's pid.
+  const auto said = log.Lines("standing by: replication slot");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("application 'walrelay'"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find(" connected 20"), std::string::npos) << said[0];
   httplib::Client client("127.0.0.1", standby.metrics_port());
   auto ready = client.Get("/readyz");
   ASSERT_TRUE(ready);

@@ -103,6 +103,7 @@ Status Relay::PollSession() {
     }
     WALRELAY_ASSIGN_OR_RETURN(uint64_t handled, poller.PollOnce(stop_));
     stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
+    LogProgress();
     if (handled != 0) continue;
     for (auto until = Clock::now() + config_.poll_interval; Clock::now() < until && !stop_.load();) {
       std::this_thread::sleep_for(milliseconds(std::min<int64_t>(20, config_.poll_interval.count())));
@@ -110,6 +111,12 @@ Status Relay::PollSession() {
     }
   }
   return Status::Ok();
+}
+
+void Relay::LogProgress() {
+  if (auto line = progress_report_.Due(stats_, ProgressReport::Clock::now())) {
+    spdlog::info("{}", *line);
+  }
 }
 
 std::string Relay::bootstrap_servers() const {
@@ -188,10 +195,12 @@ Status Relay::Run() {
         }
       }
       std::optional<int> standby_for;
+      std::string standby_holder;
       if (st.ok()) {
         Session session(*this);
         st = session.Start();
         standby_for = session.standby_for();
+        standby_holder = session.standby_holder();
         if (st.ok()) {
           const auto streaming_since = Clock::now();
           st = session.Stream();
@@ -221,10 +230,10 @@ Status Relay::Run() {
         // intervals of the active one stopping; say so once, not at every retry.
         if (!stats_.standby.exchange(1) || stats_.standby_for.load() != *standby_for) {
           spdlog::warn(
-              "standing by: replication slot {} is held by process {} (another walrelay "
-              "streaming, starting or recovering it, or another client); retrying every {} ms "
-              "and taking over when it stops. /readyz says standby meanwhile",
-              config_.slot, *standby_for, config_.standby_interval.count());
+              "standing by: replication slot {} is held by {} (another walrelay streaming, "
+              "starting or recovering it, or another client); retrying every {} ms and taking "
+              "over when it stops. /readyz says standby meanwhile",
+              config_.slot, standby_holder, config_.standby_interval.count());
         }
         stats_.standby_for.store(*standby_for);
         backoff = config_.reconnect_min;

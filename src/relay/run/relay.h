@@ -49,6 +49,7 @@
 #include "src/kafka/producer.h"
 #include "src/relay/core/config.h"
 #include "src/relay/core/kafka_client_errors.h"
+#include "src/relay/core/progress_report.h"
 #include "src/relay/core/relay_stats.h"
 #include "src/relay/core/topic_errors.h"
 
@@ -102,6 +103,8 @@ class Relay {
   std::unique_ptr<Observability> obs_;
   bool guard_started_ = false;
   bool transport_warned_ = false;  // poll mode: the transport warning was logged
+  ProgressReport progress_report_;  // the log's periodic summary, across sessions
+  void LogProgress();                // logs progress_report_'s line when due
   // batch.size for new producers after the broker refused a batch; 0 = as configured.
   int64_t kafka_batch_size_ = 0;
 };

@@ -31,6 +31,15 @@ Result<slot::CreatedSlot> CreateMissingSlot(slot::ReplicationConnection& conn,
   return created;
 }
 
+void Relay::Session::StandBy(int pid) {
+  standby_for_ = pid;
+  standby_holder_ = "process " + std::to_string(pid);
+  if (pid == 0) return;
+  // The walsender's or lock holder's pid alone sends the operator to pg_stat_activity.
+  auto who = admin_->DescribeBackend(pid);
+  if (who.ok()) standby_holder_ = "the backend of " + *who;
+}
+
 Status Relay::Session::Start() {
   const slot::ConnInfo conninfo = config_.SourceConninfo();
   // Server checks and objects, over a normal connection.
@@ -44,10 +53,10 @@ Status Relay::Session::Start() {
   WALRELAY_ASSIGN_OR_RETURN(const bool locked, admin_->TryLockSlot(config_.slot));
   if (!locked) {
     auto holder = admin_->SlotLockHolder(config_.slot);
-    standby_for_ = holder.ok() ? holder->value_or(0) : 0;
+    StandBy(holder.ok() ? holder->value_or(0) : 0);
     return UnavailableError("replication slot " + config_.slot +
-                            " is being started or recovered by process " +
-                            std::to_string(*standby_for_) + " (it holds the slot's lock)");
+                            " is being started or recovered by " + standby_holder_ +
+                            " (it holds the slot's lock)");
   }
   // The slot, read before anything else is set up: while another process streams it (the
   // active relay, this one being a standby), PostgreSQL lets no one else read it.
@@ -56,9 +65,9 @@ Status Relay::Session::Start() {
     return existing.status();
   }
   if (existing.ok() && existing->active) {
-    standby_for_ = existing->active_pid.value_or(0);
-    return UnavailableError("replication slot " + config_.slot + " is held by process " +
-                            std::to_string(*standby_for_));
+    StandBy(existing->active_pid.value_or(0));
+    return UnavailableError("replication slot " + config_.slot + " is streamed by " +
+                            standby_holder_);
   }
   const milliseconds status_interval =
       std::min(config_.status_interval, slot::StatusInterval(settings.wal_sender_timeout));
@@ -187,7 +196,7 @@ Status Relay::Session::Start() {
   if (Status started = conn_->StartLogical(config_.slot, Lsn(0), options); !started.ok()) {
     // Another relay may have taken the slot since it was read above.
     auto now = admin_->GetSlot(config_.slot);
-    if (now.ok() && now->active) standby_for_ = now->active_pid.value_or(0);
+    if (now.ok() && now->active) StandBy(now->active_pid.value_or(0));
     return started;
   }
   // Streaming: the slot is active, which keeps every other relay standing by.
@@ -209,12 +218,14 @@ Status Relay::Session::Start() {
   return Status::Ok();
 }
 
-// Runs about every 100 ms on the pipeline's thread: heartbeats and progress saving.
+// Runs about every 100 ms on the pipeline's thread: heartbeats, progress saving and the
+// log's progress line.
 Status Relay::Session::Tick() {
   stats_.loop_ticks.fetch_add(1, std::memory_order_relaxed);
   if (config_.heartbeat_interval.count() > 0) WALRELAY_RETURN_IF_ERROR(Heartbeat());
   if (Clock::now() >= next_candidate_) WALRELAY_RETURN_IF_ERROR(TakeCandidate());
   if (Clock::now() >= next_progress_save_) WALRELAY_RETURN_IF_ERROR(SaveProgress());
+  relay_.LogProgress();
   return Status::Ok();
 }
 

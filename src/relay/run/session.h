@@ -42,6 +42,9 @@ class Relay::Session {
   // Set when Start() found the slot read by another process (a relay that holds it: this
   // one stands by): that process's PID, 0 when the server did not say.
   const std::optional<int>& standby_for() const { return standby_for_; }
+  // Who that process is, for the log: SlotAdmin::DescribeBackend ("pid 1234, application
+  // 'walrelay' from 10.0.0.5:51234, connected ..."), or just the pid when it cannot be read.
+  const std::string& standby_holder() const { return standby_holder_; }
   // The batch limit under which the broker refused a batch of several records, or 0.
   int64_t refused_batch_limit() const {
     return sink_ ? sink_->producer().refused_batch_limit() : 0;
@@ -92,6 +95,8 @@ class Relay::Session {
   Clock::time_point next_candidate_ = Clock::now();
   std::chrono::milliseconds candidate_interval_{1000};  // the status interval
   std::optional<int> standby_for_;
+  std::string standby_holder_;
+  void StandBy(int pid);  // sets standby_for_ and standby_holder_
 };
 
 }  // namespace walrelay::relay
