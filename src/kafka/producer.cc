@@ -79,7 +79,9 @@ Status CheckEnforced(const std::string& name, const std::string& value) {
         name, value));
   }
   if (name == "transactional.id") {
-    return InvalidArgumentError("kafka property transactional.id is not supported");
+    return InvalidArgumentError(
+        "kafka property transactional.id is not set as a property: exactly-once mode sets it "
+        "(ProducerOptions::transactional_id)");
   }
   return Status::Ok();
 }
@@ -164,7 +166,9 @@ Producer::Producer(DeliveryCallback on_delivery, const ProducerOptions& options)
     : on_delivery_(std::move(on_delivery)),
       on_client_error_(options.on_client_error),
       queue_full_timeout_(options.queue_full_timeout),
-      stop_on_failure_(options.stop_on_failure) {}
+      stop_on_failure_(options.stop_on_failure),
+      transactional_(!options.transactional_id.empty()),
+      transactional_id_(options.transactional_id) {}
 
 Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
                                                    DeliveryCallback on_delivery) {
@@ -186,8 +190,18 @@ Result<std::unique_ptr<Producer>> Producer::Create(ProducerOptions options,
     if (options.message_timeout.count() < 0) {
       return InvalidArgumentError("kafka producer: message_timeout must be >= 0");
     }
-    WALRELAY_RETURN_IF_ERROR(
-        SetProperty(conf, "message.timeout.ms", std::to_string(options.message_timeout.count())));
+    if (!options.transactional_id.empty()) {
+      if (options.message_timeout.count() != 0) {
+        return InvalidArgumentError(
+            "kafka producer: a transactional producer's records time out with their "
+            "transaction (transaction.timeout.ms); message_timeout must stay 0");
+      }
+      // message.timeout.ms is left to librdkafka, which sets it to transaction.timeout.ms.
+      WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "transactional.id", options.transactional_id));
+    } else {
+      WALRELAY_RETURN_IF_ERROR(SetProperty(conf, "message.timeout.ms",
+                                           std::to_string(options.message_timeout.count())));
+    }
     if (GetProperty(conf, "bootstrap.servers").empty()) {
       return InvalidArgumentError("kafka property bootstrap.servers is required");
     }
@@ -485,8 +499,21 @@ void Producer::CheckFatal(bool serve_purged) {
   char reason[512];
   rd_kafka_resp_err_t err = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
-  fatal_ = InternalError(fmt::format("kafka producer fatal error {}: {} (purged; restart needed)",
-                                     rd_kafka_err2name(err), reason));
+  if (transactional_ && (err == RD_KAFKA_RESP_ERR__FENCED ||
+                         err == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+                         err == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)) {
+    fenced_ = true;
+    fatal_ = FailedPreconditionError(fmt::format(
+        "kafka producer fenced: another producer with transactional.id {} initialised after "
+        "this one (a relay that took over the slot); nothing this one produced since its last "
+        "committed transaction is visible to read_committed readers, and it can commit nothing "
+        "more ({}: {})",
+        transactional_id_, rd_kafka_err2name(err), reason));
+  } else {
+    fatal_ = InternalError(fmt::format(
+        "kafka producer fatal error {}: {} (purged; restart needed)", rd_kafka_err2name(err),
+        reason));
+  }
   spdlog::error("{}", fatal_.message());
   stopped_ = Status::Ok();  // the fatal error supersedes an earlier stop
   Stop(fatal_, serve_purged);
@@ -542,5 +569,77 @@ void Producer::Purge() {
 }
 
 int Producer::OutQueueLength() const { return rd_kafka_outq_len(rk_); }
+
+Status Producer::TransactionError(void* e, std::string_view what) {
+  auto* error = static_cast<rd_kafka_error_t*>(e);
+  const rd_kafka_resp_err_t code = rd_kafka_error_code(error);
+  const std::string text = fmt::format("kafka {} (transactional.id {}): {} ({})", what,
+                                       transactional_id_, rd_kafka_error_string(error),
+                                       rd_kafka_error_name(error));
+  const bool fatal = rd_kafka_error_is_fatal(error);
+  const bool abortable = rd_kafka_error_txn_requires_abort(error);
+  const bool retriable = rd_kafka_error_is_retriable(error);
+  rd_kafka_error_destroy(error);
+  if (fatal) {
+    CheckFatal();
+    return fatal_.ok() ? InternalError(text) : fatal_;
+  }
+  if (abortable) {
+    abortable_ = true;
+    return UnavailableError(text + "; the transaction must be aborted and its records "
+                                   "produced again in a new one");
+  }
+  if (retriable || code == RD_KAFKA_RESP_ERR__TIMED_OUT) return DeadlineExceededError(text);
+  if (code == RD_KAFKA_RESP_ERR__STATE || code == RD_KAFKA_RESP_ERR__NOT_CONFIGURED) {
+    return FailedPreconditionError(text);
+  }
+  return UnavailableError(text);
+}
+
+Status Producer::InitTransactions(std::chrono::milliseconds timeout) {
+  if (!transactional_) return FailedPreconditionError("kafka producer is not transactional");
+  CheckFatal();
+  if (!fatal_.ok()) return fatal_;
+  if (rd_kafka_error_t* e = rd_kafka_init_transactions(rk_, static_cast<int>(timeout.count()))) {
+    return TransactionError(e, "init_transactions");
+  }
+  return Status::Ok();
+}
+
+Status Producer::BeginTransaction() {
+  if (!transactional_) return FailedPreconditionError("kafka producer is not transactional");
+  CheckFatal();
+  if (!fatal_.ok()) return fatal_;
+  if (rd_kafka_error_t* e = rd_kafka_begin_transaction(rk_)) {
+    return TransactionError(e, "begin_transaction");
+  }
+  in_transaction_ = true;
+  abortable_ = false;
+  return Status::Ok();
+}
+
+Status Producer::CommitTransaction(std::chrono::milliseconds timeout) {
+  if (!transactional_) return FailedPreconditionError("kafka producer is not transactional");
+  // Flushes first (serving the delivery reports on this thread), then commits.
+  if (rd_kafka_error_t* e =
+          rd_kafka_commit_transaction(rk_, static_cast<int>(timeout.count()))) {
+    return TransactionError(e, "commit_transaction");
+  }
+  CheckFatal();
+  if (!fatal_.ok()) return fatal_;
+  in_transaction_ = false;
+  return Status::Ok();
+}
+
+Status Producer::AbortTransaction(std::chrono::milliseconds timeout) {
+  if (!transactional_) return FailedPreconditionError("kafka producer is not transactional");
+  // Purges what is queued and in flight; their reports are served at the next Poll().
+  if (rd_kafka_error_t* e = rd_kafka_abort_transaction(rk_, static_cast<int>(timeout.count()))) {
+    return TransactionError(e, "abort_transaction");
+  }
+  in_transaction_ = false;
+  abortable_ = false;
+  return Status::Ok();
+}
 
 }  // namespace walrelay::kafka

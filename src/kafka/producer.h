@@ -126,6 +126,14 @@ struct ProducerOptions {
   // message is librdkafka's reason (it names the broker, never a property's value).
   // Optional.
   std::function<void(const Status&)> on_client_error;
+  // Non-empty: a transactional producer with this transactional.id (exactly-once mode).
+  // InitTransactions() must be called once before the first transaction; records may then
+  // only be produced between BeginTransaction() and CommitTransaction() or
+  // AbortTransaction(), and a read_committed reader sees them only once committed. Records
+  // then time out after transaction.timeout.ms (librdkafka's rule; default 60 s), not
+  // never: a record that fails makes its transaction abortable, so nothing of it becomes
+  // visible and the order of what is visible still holds. message_timeout must stay 0.
+  std::string transactional_id;
 };
 
 class Producer {
@@ -180,7 +188,8 @@ class Producer {
   // internal requests).
   int OutQueueLength() const;
 
-  // OK until a fatal error was detected; then the fatal error (kInternal), sticky.
+  // OK until a fatal error was detected; then the fatal error (kInternal; for a fenced
+  // transactional producer kFailedPrecondition, see fenced()), sticky.
   const Status& fatal() const { return fatal_; }
 
   // Stops as a failed report does with stop_on_failure (purges what is queued and in
@@ -208,6 +217,31 @@ class Producer {
   // address refuses, does not resolve or does not answer: records then wait (they never
   // time out), so the caller says so instead of looking healthy on an idle stream.
   bool BrokerReached();
+
+  // Transactions (ProducerOptions::transactional_id; kFailedPrecondition without one).
+  // Each blocks up to `timeout` (a commit also waits for every record's acknowledgement)
+  // and serves delivery reports meanwhile. Errors:
+  //   kDeadlineExceeded   not done in time; the same call may be made again.
+  //   kUnavailable        with transaction_abortable() true: the transaction cannot
+  //                       commit (a record failed, a broker refused it); call
+  //                       AbortTransaction(), then produce it again in a new one.
+  //   kFailedPrecondition with fenced() true: another producer with the same
+  //                       transactional.id initialised after this one (a relay that took
+  //                       over); nothing this producer did since is visible, and it can do
+  //                       nothing more (sticky, as fatal()).
+  //   kInternal           another fatal error (fatal()).
+  // InitTransactions also completes or aborts what an earlier producer of the same id left
+  // open, and fences that producer.
+  Status InitTransactions(std::chrono::milliseconds timeout);
+  Status BeginTransaction();
+  Status CommitTransaction(std::chrono::milliseconds timeout);
+  Status AbortTransaction(std::chrono::milliseconds timeout);
+  bool transactional() const { return transactional_; }
+  bool in_transaction() const { return in_transaction_; }
+  // The last transaction call failed in a way that only AbortTransaction() cures.
+  bool transaction_abortable() const { return abortable_; }
+  // A newer producer with the same transactional.id fenced this one; sticky.
+  bool fenced() const { return fenced_; }
 
   // The librdkafka handle, for metadata queries in tests. Owned by the Producer.
   rd_kafka_t* handle() const { return rk_; }
@@ -238,6 +272,13 @@ class Producer {
   int64_t max_message_bytes_ = 0;
   int64_t batch_limit_ = 0;
   bool broker_reached_ = false;
+  bool transactional_ = false;
+  bool in_transaction_ = false;
+  bool abortable_ = false;
+  bool fenced_ = false;
+  std::string transactional_id_;
+  // Maps a transaction call's error (rd_kafka_error_t, destroyed here) to a Status.
+  Status TransactionError(void* error, std::string_view what);
   int64_t refused_batch_limit_ = 0;
   Status fatal_;
   Status stopped_;

@@ -1,5 +1,6 @@
 // A plain librdkafka consumer for tests: assigns every partition of a topic from the
-// beginning (no consumer group) and reads records back.
+// beginning (no consumer group) and reads records back, read_committed (records of open or
+// aborted Kafka transactions are not read).
 #pragma once
 
 #include <chrono>

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "src/kafka/producer.h"
+#include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
 #include "tests/support/apache_kafka.h"
 
@@ -543,6 +545,89 @@ TEST_F(ApacheKafkaTest, JavaConsumerReadsTheRecordsTheContractStates) {
         << position;
   }
   EXPECT_EQ(keys.size(), static_cast<size_t>(kRows));
+}
+
+// Issue 43's foundation, the transactional producer (kafka::Producer with a
+// transactional_id) against real brokers: a read_committed reader sees a committed
+// transaction whole and nothing of an aborted one; a producer that a newer one of the same
+// transactional.id fenced (a relay that took over) can commit nothing, and what it had
+// sent in its open transaction is never seen. librdkafka's mock cluster shows none of this.
+TEST_F(ApacheKafkaTest, TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIsFenced) {
+  const std::string id = topic_ + "-txn";
+  std::map<std::string, Status> reports;  // by value
+  auto make = [&]() {
+    kafka::ProducerOptions options;
+    options.properties = {{"bootstrap.servers", cluster_->bootstraps()}};
+    options.transactional_id = id;
+    return kafka::Producer::Create(
+        std::move(options), [&](uint64_t, const Status& st, const kafka::DeliveredRecord& r) {
+          reports[std::string(r.value())] = st;
+        });
+  };
+  // One key, so one partition: a reader that has read "after-0" has passed every record
+  // written before it, the aborted and the zombie's included.
+  auto produce = [&](kafka::Producer& p, const std::string& value) {
+    return p.Produce(topic_, "agg-1", value, {}, 0);
+  };
+  auto first = make();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  kafka::Producer& a = **first;
+  ASSERT_TRUE(a.InitTransactions(30s).ok());
+  ASSERT_TRUE(a.BeginTransaction().ok());
+  for (const char* v : {"committed-0", "committed-1", "committed-2"}) {
+    ASSERT_TRUE(produce(a, v).ok());
+  }
+  Status committed = a.CommitTransaction(30s);
+  ASSERT_TRUE(committed.ok()) << committed.ToString();
+
+  ASSERT_TRUE(a.BeginTransaction().ok());
+  for (const char* v : {"aborted-0", "aborted-1"}) ASSERT_TRUE(produce(a, v).ok());
+  ASSERT_TRUE(a.Flush(30s).ok());  // on the brokers' logs, then aborted
+  ASSERT_TRUE(reports["aborted-0"].ok() && reports["aborted-1"].ok())
+      << "the premise: the aborted records reached the brokers";
+  Status aborted = a.AbortTransaction(30s);
+  ASSERT_TRUE(aborted.ok()) << aborted.ToString();
+
+  // The zombie: a transaction open with a record on the brokers when a newer producer of
+  // the same id initialises (a standby relay taking over).
+  ASSERT_TRUE(a.BeginTransaction().ok());
+  ASSERT_TRUE(produce(a, "zombie-0").ok());
+  ASSERT_TRUE(a.Flush(30s).ok());
+  ASSERT_TRUE(reports["zombie-0"].ok()) << "the premise: the zombie's record was written";
+  auto second = make();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  kafka::Producer& b = **second;
+  Status init = b.InitTransactions(30s);
+  ASSERT_TRUE(init.ok()) << init.ToString();
+  Status stale = a.CommitTransaction(30s);
+  ASSERT_FALSE(stale.ok()) << "the fenced producer committed";
+  EXPECT_TRUE(a.fenced()) << stale.ToString();
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << stale.ToString();
+  EXPECT_NE(stale.message().find(id), std::string::npos) << stale.ToString();
+  EXPECT_FALSE(a.BeginTransaction().ok()) << "fenced is for good";
+
+  ASSERT_TRUE(b.BeginTransaction().ok());
+  ASSERT_TRUE(produce(b, "after-0").ok());
+  ASSERT_TRUE(b.CommitTransaction(30s).ok());
+
+  // The premise of the verdict: the log holds more than a read_committed reader returns
+  // (the aborted and the zombie's records, and the transaction markers).
+  const int64_t appended = kafka::testing::EndOffsetSum(cluster_->bootstraps(), topic_,
+                                                        kTopicPartitions);
+  EXPECT_GE(appended, 3 + 2 + 1 + 1) << "records written to the partitions' logs";
+  std::vector<ConsumedRecord> seen = kafka::testing::ConsumeUntil(
+      cluster_->bootstraps(), topic_, kTopicPartitions,
+      [](const std::vector<ConsumedRecord>& got) {
+        for (const auto& r : got) {
+          if (r.value == "after-0") return true;
+        }
+        return false;
+      },
+      60s);
+  std::vector<std::string> values;
+  for (const auto& r : seen) values.push_back(r.value);
+  EXPECT_EQ(values,
+            (std::vector<std::string>{"committed-0", "committed-1", "committed-2", "after-0"}));
 }
 
 }  // namespace
