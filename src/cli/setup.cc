@@ -167,16 +167,29 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   // lines below say once per object.
   PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
 
+  // Whether a role may create and stream replication slots: a role attribute (or RDS's
+  // role), which no GRANT gives. No row: no such role.
+  auto replicates = [&](const std::string& role) -> Result<slot::PgResultPtr> {
+    return slot::ExecPg(conn.get(),
+                        "SELECT rolreplication OR rolsuper OR EXISTS (SELECT 1 FROM pg_roles m "
+                        "WHERE m.rolname = 'rds_replication' AND pg_has_role(r.oid, m.oid, "
+                        "'member')) FROM pg_roles r WHERE r.rolname = $1",
+                        {role.c_str()}, "setup: looking up role " + role);
+  };
+  // The role running setup: the tables' owner, which often has no REPLICATION in the
+  // two-role deployment (README); then the slot is left to the relay role.
+  const std::string setup_role = PQuser(conn.get());
+  bool setup_role_replicates = true;
+  if (!poll && config.create_slot) {
+    WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r, replicates(setup_role));
+    setup_role_replicates =
+        PQntuples(r.get()) == 1 && std::string_view(PQgetvalue(r.get(), 0, 0)) == "t";
+  }
+
   // The relay role, before anything is made: it must exist.
   bool relay_role_replicates = true;
   if (!relay_role.empty()) {
-    WALRELAY_ASSIGN_OR_RETURN(
-        slot::PgResultPtr r,
-        slot::ExecPg(conn.get(),
-                     "SELECT rolreplication OR rolsuper OR EXISTS (SELECT 1 FROM pg_roles m "
-                     "WHERE m.rolname = 'rds_replication' AND pg_has_role(r.oid, m.oid, "
-                     "'member')) FROM pg_roles r WHERE r.rolname = $1",
-                     {relay_role.c_str()}, "setup: looking up role " + relay_role));
+    WALRELAY_ASSIGN_OR_RETURN(slot::PgResultPtr r, replicates(relay_role));
     if (PQntuples(r.get()) == 0) {
       return InvalidArgumentError(
           "--relay-role " + relay_role + ": no such role (nothing was created). Fix: create it "
@@ -233,7 +246,9 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   }
   const bool slot_existed = admin->GetSlot(config.slot).ok();
 
-  const auto statements = SetupStatements(config, create_tables, partitioned);
+  relay::RelayConfig statements_config = config;
+  if (!setup_role_replicates) statements_config.create_slot = false;  // said below
+  const auto statements = SetupStatements(statements_config, create_tables, partitioned);
   for (const auto& s : statements) {
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
   }
@@ -280,8 +295,21 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
                                     : "created")
             << "\n";
   std::cerr << "slot " << config.slot << ": ";
+  bool slot_left = false;  // a slot setup could not make: the next step names it
   if (slot_existed) {
     std::cerr << "existed\n";
+  } else if (!setup_role_replicates) {
+    slot_left = true;
+    const std::string who = relay_role.empty() ? std::string("a role with REPLICATION")
+                                               : "the relay role " + relay_role;
+    std::cerr << "not created: role " << setup_role
+              << " may not create replication slots (no REPLICATION; "
+              << (relay_role.empty() || relay_role_replicates ? who + " may" : who + " may not either")
+              << "). Create it before your services write events, as " << who
+              << ": SELECT pg_create_logical_replication_slot(" << QuoteLiteral(config.slot)
+              << ", " << QuoteLiteral(config.plugin)
+              << "); or let the first `walrelay run` create it. Events committed before the "
+                 "slot exists are not in it, so they are never published\n";
   } else if (!config.create_slot) {
     std::cerr << "not created (source.create_slot = false): create it yourself before walrelay "
                  "run starts, e.g. SELECT pg_create_logical_replication_slot("
@@ -298,7 +326,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   } else {
     std::cerr << "created (" << config.plugin << ")\n";
   }
-  std::cerr << "setup complete\n";
+  std::cerr << (slot_left ? "setup complete but for the slot (above)\n" : "setup complete\n");
   return Status::Ok();
 }
 

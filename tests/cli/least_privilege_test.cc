@@ -4,6 +4,7 @@
 // table, and no CREATE on any schema — and streams, dead-letters, saves its progress and
 // sends heartbeats.
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 
 #include <fstream>
 #include <regex>
@@ -89,6 +90,22 @@ TEST(LeastPrivilegeTest, SetupAsOwnerThenTheRelayAsTheDocumentedRole) {
   EXPECT_TRUE(run.ok()) << run.ToString();
 }
 
+// SQL as another role, on a connection of its own.
+Status ExecAs(const std::string& conninfo, const std::string& sql) {
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  Status st;
+  if (PQstatus(conn) != CONNECTION_OK) {
+    st = UnavailableError(PQerrorMessage(conn));
+  } else {
+    PGresult* r = PQexec(conn, sql.c_str());
+    const ExecStatusType t = PQresultStatus(r);
+    if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) st = InternalError(PQerrorMessage(conn));
+    PQclear(r);
+  }
+  PQfinish(conn);
+  return st;
+}
+
 std::string ReadDoc(const std::string& relative) {
   std::ifstream in(std::string(WALRELAY_SOURCE_DIR) + "/" + relative);
   std::stringstream ss;
@@ -119,8 +136,9 @@ std::vector<std::string> SqlBlockAfter(const std::string& text, const std::strin
 
 // Issue 42 item 3: the README's path with the usual two roles. The README's outbox table and
 // docs/operations.md's role block run as written (the role renamed: the test cluster's
-// superuser is already called walrelay), setup runs as the owner with --relay-role, the
-// relay streams as the relay role, a dead letter is re-driven by `dead-letters retry` as
+// superuser is already called walrelay), setup runs as the owner (an ordinary role without
+// REPLICATION, which therefore leaves the slot to the relay role, as setup says) with
+// --relay-role, the relay streams as the relay role, a dead letter is re-driven by `dead-letters retry` as
 // the relay role (it needs UPDATE on the dead-letter table, which the docs left out), and
 // the docs' GRANTs are exactly what setup grants.
 TEST(LeastPrivilegeTest, TheTwoRolePathAsDocumented) {
@@ -131,9 +149,15 @@ TEST(LeastPrivilegeTest, TheTwoRolePathAsDocumented) {
   ASSERT_TRUE(kc.ok()) << kc.status().ToString();
   ASSERT_TRUE((*kc)->CreateTopic("outbox.payment", 2, 1).ok());
 
+  // The owner: an ordinary role that owns the database (so schema public), with no
+  // REPLICATION, as the migrations' role usually is.
+  ASSERT_TRUE(c.Exec("CREATE ROLE app_owner LOGIN; ALTER DATABASE postgres OWNER TO app_owner")
+                  .ok());
   const auto readme = SqlBlockAfter(ReadDoc("README.md"), "### The outbox table");
   ASSERT_EQ(readme.size(), 2u) << "the README's table and its index";
-  for (const std::string& s : readme) ASSERT_TRUE(c.Exec(s).ok()) << s;
+  for (const std::string& s : readme) {
+    ASSERT_TRUE(ExecAs(c.conninfo_for_user("app_owner"), s).ok()) << s;
+  }
   auto docs = SqlBlockAfter(ReadDoc("docs/operations.md"), "The usual deployment has two roles");
   ASSERT_EQ(docs.size(), 4u) << "CREATE ROLE and three GRANTs";
   for (std::string& s : docs) s = std::regex_replace(s, std::regex("\\bwalrelay\\b"), "relay_doc");
@@ -141,13 +165,25 @@ TEST(LeastPrivilegeTest, TheTwoRolePathAsDocumented) {
   ASSERT_TRUE(c.Exec(docs[0]).ok()) << docs[0];
 
   relay::RelayConfig config;
-  config.source_dsn = c.conninfo();  // the owner
+  config.source_dsn = c.conninfo_for_user("app_owner");
   config.bootstrap_servers = (*kc)->bootstraps();
   config.status_interval = 100ms;
   config.reconnect_min = 50ms;
   config.reconnect_max = 500ms;
+  ::testing::internal::CaptureStderr();
   Status setup = RunSetup(config, /*create_tables=*/false, /*dry_run=*/false, "relay_doc");
-  ASSERT_TRUE(setup.ok()) << setup.ToString();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(setup.ok()) << setup.ToString() << "\n" << said;
+  // The owner may not create the slot (a role attribute, not a GRANT): setup says so and
+  // how the relay role makes it, and does exactly that here, before any event is written.
+  EXPECT_NE(said.find("slot walrelay: not created: role app_owner may not create replication "
+                      "slots"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("setup complete but for the slot"), std::string::npos) << said;
+  const std::string create = "SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')";
+  ASSERT_NE(said.find(create), std::string::npos) << said;
+  ASSERT_TRUE(ExecAs(c.conninfo_for_user("relay_doc"), create).ok());
   // The docs' GRANTs are what setup grants (and run as written).
   std::set<std::string> granted, documented(docs.begin() + 1, docs.end());
   for (const auto& p : relay::RelayPrivileges(config)) granted.insert(p.GrantTo("relay_doc"));
