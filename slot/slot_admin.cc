@@ -260,6 +260,15 @@ Result<std::string> SlotAdmin::DescribeBackend(int pid) {
   return out;
 }
 
+Result<int64_t> SlotAdmin::CountRowsUpTo(std::string_view qualified_table, int64_t limit) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      PgResultPtr r,
+      Query("counting the rows of " + std::string(qualified_table),
+            "SELECT count(*) FROM (SELECT 1 FROM " + std::string(qualified_table) + " LIMIT " +
+                std::to_string(limit) + ") s"));
+  return ParseInt("a row count", Value(r.get(), 0, 0));
+}
+
 Result<Lsn> SlotAdmin::CurrentWalLsn() {
   WALRELAY_ASSIGN_OR_RETURN(
       PgResultPtr r, Query("reading the WAL position", "SELECT " + std::string(kWalPositionSql)));

@@ -185,6 +185,9 @@ class SlotAdmin {
   // 2026-12-06 19:40:02 UTC"; the client's address is "a local socket" for a Unix socket and
   // left out where the role may not see it. "pid 1234 (gone)" when it has exited.
   Result<std::string> DescribeBackend(int pid);
+  // How many rows `qualified_table` holds, counted up to `limit` (a cheap bounded scan):
+  // min(rows, limit).
+  Result<int64_t> CountRowsUpTo(std::string_view qualified_table, int64_t limit);
 
   Result<ServerSettings> GetServerSettings();
   // pg_current_wal_lsn(); on a standby (in recovery) pg_last_wal_replay_lsn().

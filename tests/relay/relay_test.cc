@@ -1198,6 +1198,29 @@ TEST_F(RelayTest, RelayLosingTheRaceToCreateTheSlotRetries) {
 // streams (PostgreSQL lets one walsender hold a slot): it says so once, in /readyz
 // ("standby", 503) and in walrelay_standby, without counting restarts, and takes over
 // within about two standby intervals once the first stops. Nothing is lost.
+// Issue 42 (first hour): the first `walrelay run` creates the slot when setup did not (an
+// owner without REPLICATION); rows already in the outbox then are not in the slot's
+// stream. The relay cannot know whether something else delivered them: it says so, with
+// the count and the republish that sends them.
+TEST_F(RelayTest, RowsCommittedBeforeTheRelayMadeItsSlotAreNamedWithTheRepublish) {
+  WriteEvents(0, 1, 3);
+  testing::LogCapture log;
+  StartRelay();
+  const auto said = log.Lines("already holds");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("outbox table public.outbox already holds 3 rows, committed before "
+                         "slot walrelay existed"),
+            std::string::npos)
+      << said[0];
+  EXPECT_NE(said[0].find("walrelay republish --all"), std::string::npos) << said[0];
+  // What it warns of: the three are not streamed, the next two are.
+  WriteEvents(100, 1, 2);
+  ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
+  const std::set<std::string> ids = DistinctEventIds(2, 10s);
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_EQ(relay_->stats().events_acked.load(), 2u);
+}
+
 TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
   StartRelay();
   WriteEvents(0, 2, 50);

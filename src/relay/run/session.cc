@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/sql.h"
 #include "slot/server_version.h"
 #include "slot/wire.h"
 #include "src/relay/core/plugin_options.h"
@@ -139,6 +140,22 @@ Status Relay::Session::Start() {
     WALRELAY_ASSIGN_OR_RETURN(auto created, CreateMissingSlot(*conn_, config_, false));
     spdlog::info("created logical slot {} at {}", config_.slot,
                  created.consistent_point.ToString());
+    // Rows already in the outbox were committed before the slot and are not in its stream.
+    // Delivered by something else before (a poll-mode relay, a connector), they are no
+    // loss; never published, they are, and only a republish sends them: say so.
+    for (const OutboxTable& t : outbox_tables) {
+      const std::string name = QuoteIdentifier(t.schema) + "." + QuoteIdentifier(t.name);
+      WALRELAY_ASSIGN_OR_RETURN(int64_t rows, admin_->CountRowsUpTo(name, 1001));
+      if (rows == 0) continue;
+      spdlog::warn(
+          "outbox table {}.{} already holds {} rows, committed before slot {} existed: they "
+          "are not in its stream and will not be published. If they never were (no other "
+          "relay or connector delivered them), publish them now: `walrelay republish --all` "
+          "(or --since / --since-id for the undelivered ones; consumers dedup on the event "
+          "id). Next time create the slot (walrelay setup) before services write events",
+          t.schema, t.name, rows > 1000 ? std::string("more than 1000") : std::to_string(rows),
+          config_.slot);
+    }
     delivered = created.consistent_point;
     WALRELAY_RETURN_IF_ERROR(progress_->SaveDelivered(config_.slot, delivered));
     WALRELAY_RETURN_IF_ERROR(progress_->SaveSlotOrigin(config_.slot, "run"));
