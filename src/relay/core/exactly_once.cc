@@ -1,0 +1,71 @@
+#include "src/relay/core/exactly_once.h"
+
+#include "base/position.h"
+
+namespace walrelay::relay {
+
+namespace {
+constexpr std::string_view kCheckpointSource = "checkpoint";
+}  // namespace
+
+std::string StreamIdentity::Key() const { return system_id + "/" + database + "/" + slot; }
+
+std::string StreamIdentity::TransactionalId() const {
+  return "walrelay-" + system_id + "-" + database + "-" + slot;
+}
+
+std::string FormatCheckpoint(const Checkpoint& checkpoint) {
+  SourcePosition p;
+  p.lsn = checkpoint.commit_lsn;
+  p.ordinal = checkpoint.events;
+  p.xid = checkpoint.xid;
+  p.commit_time_us = checkpoint.commit_time_us;
+  p.source = kCheckpointSource;
+  std::string out;
+  FormatPosition(p, &out);
+  return out;
+}
+
+std::optional<Checkpoint> ParseCheckpoint(std::string_view text) {
+  const std::optional<SourcePosition> p = ParsePosition(text);
+  if (!p || p->source != kCheckpointSource || p->recovered) return std::nullopt;
+  return Checkpoint{p->lsn, p->xid, p->commit_time_us, p->ordinal};
+}
+
+ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slot_confirmed,
+                            Lsn server_wal_end, std::string_view checkpoint_topic,
+                            const StreamIdentity& stream) {
+  ResumeDecision d;
+  if (!checkpoint) return d;
+  const std::string where = "the checkpoint of stream " + stream.Key() + " in topic " +
+                            std::string(checkpoint_topic) + " (" +
+                            checkpoint->commit_lsn.ToString() + ")";
+  if (checkpoint->commit_lsn > server_wal_end) {
+    d.kind = ResumeDecision::Kind::kRefuse;
+    d.message =
+        where + " is ahead of the server's WAL (" + server_wal_end.ToString() +
+        "): Kafka holds a history this database does not have (a restored backup, or another "
+        "server under the same identity). Skipping up to it would drop every event committed "
+        "here since " + server_wal_end.ToString() +
+        ". Nothing was published or confirmed. Fix: if this database is the source now, give "
+        "the stream a new identity (another slot name, or --kafka-transactional-id and a "
+        "new checkpoint topic) and republish what consumers miss";
+    return d;
+  }
+  if (checkpoint->commit_lsn < slot_confirmed) {
+    d.kind = ResumeDecision::Kind::kRefuse;
+    d.message =
+        where + " is behind the slot's confirmed position (" + slot_confirmed.ToString() +
+        "): the slot was confirmed past what Kafka's committed transactions hold (by another "
+        "client, or by walrelay running without exactly-once since), so the events between "
+        "the two may never have been published. Nothing was published or confirmed. Fix: "
+        "republish from the outbox rows committed after the checkpoint's commit time, then "
+        "remove the stream's checkpoint record";
+    return d;
+  }
+  d.kind = ResumeDecision::Kind::kSkipThrough;
+  d.skip_through = checkpoint->commit_lsn;
+  return d;
+}
+
+}  // namespace walrelay::relay

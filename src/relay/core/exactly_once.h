@@ -1,0 +1,81 @@
+// Exactly-once mode's decisions that need no broker (issue 43, work in progress: the
+// pipeline does not use them yet, and no option turns the mode on).
+//
+// The mode, as designed: a transactional producer (kafka::Producer with a transactional_id)
+// puts one or more whole source transactions in each Kafka transaction, together with a
+// checkpoint record (the position of the last source transaction it holds) on a compacted
+// checkpoint topic under the stream's key; the slot is confirmed only after the commit. On
+// start, the latest committed checkpoint says which source transactions Kafka already has:
+// every one at or before it is skipped, the first after it is published exactly once.
+//
+//   StreamIdentity   what names the stream: the server (system identifier), database and
+//                    slot. Its transactional.id is the same for every relay of the slot, so
+//                    a relay that takes over fences the one it replaces.
+//   Checkpoint       the checkpoint record's value, in the walrelay.position format.
+//   DecideResume     where a session starts, from the checkpoint, the slot's confirmed
+//                    position and the server's WAL end; refusals name both positions.
+//
+// Thread safety: pure functions and values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/lsn.h"
+
+namespace walrelay::relay {
+
+struct StreamIdentity {
+  std::string system_id;  // IDENTIFY_SYSTEM's systemid (decimal text)
+  std::string database;
+  std::string slot;
+
+  // "<system_id>/<database>/<slot>": the checkpoint record's key.
+  std::string Key() const;
+  // "walrelay-<system_id>-<database>-<slot>": the default transactional.id.
+  std::string TransactionalId() const;
+};
+
+// The last source transaction a committed Kafka transaction holds.
+struct Checkpoint {
+  Lsn commit_lsn;  // its commit LSN (walrelay.position's lsn)
+  uint32_t xid = 0;
+  int64_t commit_time_us = 0;
+  uint32_t events = 0;  // outbox events of that source transaction (the position's ordinal)
+};
+
+// "lsn=16/B374D848;ordinal=3;xid=745;commit_time_us=...;source=checkpoint": the
+// walrelay.position format (base/position.h), ordinal = events, source "checkpoint".
+std::string FormatCheckpoint(const Checkpoint& checkpoint);
+// nullopt when `text` is not a checkpoint FormatCheckpoint wrote.
+std::optional<Checkpoint> ParseCheckpoint(std::string_view text);
+
+struct ResumeDecision {
+  enum class Kind {
+    kFromSlot,     // no checkpoint yet: stream what the slot sends
+    kSkipThrough,  // skip every source transaction with commit LSN <= skip_through
+    kRefuse,       // the checkpoint and the slot disagree: `message` says how and the fix
+  };
+  Kind kind = Kind::kFromSlot;
+  Lsn skip_through;
+  std::string message;
+
+  // Whether a source transaction committed at `commit_lsn` is already in Kafka.
+  bool AlreadyPublished(Lsn commit_lsn) const {
+    return kind == Kind::kSkipThrough && commit_lsn <= skip_through;
+  }
+};
+
+// `slot_confirmed`: the slot's confirmed_flush_lsn; `server_wal_end`: the server's current
+// WAL position. A checkpoint behind the slot's confirmed position means the slot was
+// confirmed past what Kafka holds (advanced by something else, or by walrelay without
+// exactly-once since): refused, as the events between would be skipped. One past the
+// server's WAL end belongs to another history (a restored database, another server under
+// the same identity): refused, as every event up to it would be skipped.
+ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slot_confirmed,
+                            Lsn server_wal_end, std::string_view checkpoint_topic,
+                            const StreamIdentity& stream);
+
+}  // namespace walrelay::relay

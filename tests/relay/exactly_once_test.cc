@@ -1,0 +1,63 @@
+// Exactly-once mode's broker-free decisions (src/relay/core/exactly_once.h).
+#include "src/relay/core/exactly_once.h"
+
+#include <gtest/gtest.h>
+
+namespace walrelay::relay {
+namespace {
+
+const StreamIdentity kStream{"7312345678901234567", "app", "walrelay"};
+
+TEST(ExactlyOnceTest, TheStreamIdentityNamesTheCheckpointAndTheTransactionalId) {
+  EXPECT_EQ(kStream.Key(), "7312345678901234567/app/walrelay");
+  EXPECT_EQ(kStream.TransactionalId(), "walrelay-7312345678901234567-app-walrelay");
+}
+
+TEST(ExactlyOnceTest, ACheckpointRoundTripsInThePositionFormat) {
+  const Checkpoint c{Lsn(0x16B374D848), 745, 1764681600000000, 3};
+  const std::string text = FormatCheckpoint(c);
+  EXPECT_EQ(text, "lsn=16/B374D848;ordinal=3;xid=745;commit_time_us=1764681600000000;"
+                  "source=checkpoint");
+  const auto back = ParseCheckpoint(text);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->commit_lsn, c.commit_lsn);
+  EXPECT_EQ(back->xid, 745u);
+  EXPECT_EQ(back->commit_time_us, 1764681600000000);
+  EXPECT_EQ(back->events, 3u);
+  EXPECT_FALSE(ParseCheckpoint("lsn=16/B374D848;ordinal=3;xid=745;commit_time_us=1;"
+                               "source=public.outbox"))
+      << "an event's position is not a checkpoint";
+  EXPECT_FALSE(ParseCheckpoint("garbage"));
+}
+
+TEST(ExactlyOnceTest, ResumeSkipsWhatTheCheckpointHoldsAndRefusesWhatItCannotExplain) {
+  const Lsn confirmed(0x1000), checkpoint_lsn(0x2000), wal_end(0x3000);
+  // First start: nothing to skip.
+  ResumeDecision d = DecideResume(std::nullopt, confirmed, wal_end, "walrelay.checkpoints", kStream);
+  EXPECT_EQ(d.kind, ResumeDecision::Kind::kFromSlot);
+  EXPECT_FALSE(d.AlreadyPublished(Lsn(0x10)));
+  // The usual restart: the slot is confirmed at or before the checkpoint.
+  d = DecideResume(Checkpoint{checkpoint_lsn}, confirmed, wal_end, "walrelay.checkpoints", kStream);
+  ASSERT_EQ(d.kind, ResumeDecision::Kind::kSkipThrough);
+  EXPECT_TRUE(d.AlreadyPublished(Lsn(0x1800)));
+  EXPECT_TRUE(d.AlreadyPublished(checkpoint_lsn)) << "the checkpoint's own transaction";
+  EXPECT_FALSE(d.AlreadyPublished(Lsn(0x2001))) << "the first after it is published";
+  d = DecideResume(Checkpoint{checkpoint_lsn}, checkpoint_lsn, wal_end, "walrelay.checkpoints",
+                   kStream);
+  EXPECT_EQ(d.kind, ResumeDecision::Kind::kSkipThrough);
+  // Behind the slot: the events between might never have been published.
+  d = DecideResume(Checkpoint{confirmed}, checkpoint_lsn, wal_end, "walrelay.checkpoints", kStream);
+  ASSERT_EQ(d.kind, ResumeDecision::Kind::kRefuse);
+  EXPECT_NE(d.message.find("0/1000"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("0/2000"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("behind the slot's confirmed position"), std::string::npos);
+  EXPECT_FALSE(d.AlreadyPublished(Lsn(0x10))) << "a refusal skips nothing";
+  // Ahead of the server: another history.
+  d = DecideResume(Checkpoint{Lsn(0x4000)}, confirmed, wal_end, "walrelay.checkpoints", kStream);
+  ASSERT_EQ(d.kind, ResumeDecision::Kind::kRefuse);
+  EXPECT_NE(d.message.find("ahead of the server's WAL (0/3000)"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("7312345678901234567/app/walrelay"), std::string::npos) << d.message;
+}
+
+}  // namespace
+}  // namespace walrelay::relay
