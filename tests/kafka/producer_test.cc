@@ -1,4 +1,5 @@
 #include "src/kafka/producer.h"
+#include "src/kafka/latest_value.h"
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
@@ -669,6 +670,49 @@ TEST_F(TransactionalProducerTest, TransactionsNeedATransactionalIdAndRecordsNoOw
                             {"transactional.id", "x"}};
   EXPECT_EQ(Producer::Create(std::move(as_property), reports_.Callback()).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace walrelay::kafka
+
+namespace walrelay::kafka {
+namespace {
+
+// The checkpoint reader of exactly-once mode (src/kafka/latest_value.h) on the mock cluster:
+// the newest value per key, across partitions; nothing for a key never written; the
+// topic's absence told apart. What it does with aborted records is ApacheKafkaTest's.
+TEST_F(ProducerTest, LatestCommittedValueIsTheNewestRecordOfTheKey) {
+  const std::vector<std::pair<std::string, std::string>> props = {
+      {"bootstrap.servers", cluster_->bootstraps()}, {"linger.ms", "0"}};
+  // The mock creates a topic on a Metadata request unless told it does not exist.
+  cluster_->SetTopicError("no.such.topic", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  auto missing = LatestCommittedValue(props, "no.such.topic", "k", 10s);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+
+  ASSERT_TRUE(cluster_->CreateTopic("checkpoints", 3, 1).ok());
+  auto empty = LatestCommittedValue(props, "checkpoints", "stream-a", 10s);
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_FALSE(empty->has_value());
+
+  auto producer = MakeProducer();
+  ASSERT_NE(producer, nullptr);
+  int cookie = 0;
+  for (const char* v : {"a-1", "a-2", "a-3"}) {
+    ASSERT_TRUE(producer->Produce("checkpoints", "stream-a", v, {}, ++cookie).ok());
+    ASSERT_TRUE(producer->Produce("checkpoints", "stream-b", std::string("b") + v, {}, ++cookie)
+                    .ok());
+  }
+  ASSERT_TRUE(producer->Flush(10s).ok());
+  auto a = LatestCommittedValue(props, "checkpoints", "stream-a", 10s);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->value_or("none"), "a-3");
+  auto b = LatestCommittedValue(props, "checkpoints", "stream-b", 10s);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->value_or("none"), "ba-3");
+  auto c = LatestCommittedValue(props, "checkpoints", "stream-c", 10s);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->has_value());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/kafka/latest_value.h"
 #include "src/kafka/producer.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
@@ -569,6 +570,20 @@ TEST_F(ApacheKafkaTest, TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIs
   auto produce = [&](kafka::Producer& p, const std::string& value) {
     return p.Produce(topic_, "agg-1", value, {}, 0);
   };
+  // Each transaction also writes its checkpoint, as exactly-once mode will: the newest
+  // committed one is what a restarting relay reads (kafka::LatestCommittedValue).
+  const std::string checkpoints = topic_ + "-checkpoints";
+  ASSERT_TRUE(cluster_->CreateTopic(checkpoints, 1).ok());
+  auto checkpoint = [&](kafka::Producer& p, const std::string& value) {
+    return p.Produce(checkpoints, "stream", value, {}, 0);
+  };
+  const std::vector<std::pair<std::string, std::string>> reader = {
+      {"bootstrap.servers", cluster_->bootstraps()}};
+  auto latest = [&]() {
+    auto v = kafka::LatestCommittedValue(reader, checkpoints, "stream", 60s);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? v->value_or("none") : "error";
+  };
   auto first = make();
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   kafka::Producer& a = **first;
@@ -577,21 +592,26 @@ TEST_F(ApacheKafkaTest, TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIs
   for (const char* v : {"committed-0", "committed-1", "committed-2"}) {
     ASSERT_TRUE(produce(a, v).ok());
   }
+  ASSERT_TRUE(checkpoint(a, "checkpoint-1").ok());
   Status committed = a.CommitTransaction(30s);
   ASSERT_TRUE(committed.ok()) << committed.ToString();
+  EXPECT_EQ(latest(), "checkpoint-1");
 
   ASSERT_TRUE(a.BeginTransaction().ok());
   for (const char* v : {"aborted-0", "aborted-1"}) ASSERT_TRUE(produce(a, v).ok());
+  ASSERT_TRUE(checkpoint(a, "checkpoint-aborted").ok());
   ASSERT_TRUE(a.Flush(30s).ok());  // on the brokers' logs, then aborted
   ASSERT_TRUE(reports["aborted-0"].ok() && reports["aborted-1"].ok())
       << "the premise: the aborted records reached the brokers";
   Status aborted = a.AbortTransaction(30s);
   ASSERT_TRUE(aborted.ok()) << aborted.ToString();
+  EXPECT_EQ(latest(), "checkpoint-1") << "an aborted transaction's checkpoint is never read";
 
   // The zombie: a transaction open with a record on the brokers when a newer producer of
   // the same id initialises (a standby relay taking over).
   ASSERT_TRUE(a.BeginTransaction().ok());
   ASSERT_TRUE(produce(a, "zombie-0").ok());
+  ASSERT_TRUE(checkpoint(a, "checkpoint-zombie").ok());
   ASSERT_TRUE(a.Flush(30s).ok());
   ASSERT_TRUE(reports["zombie-0"].ok()) << "the premise: the zombie's record was written";
   auto second = make();
@@ -606,9 +626,14 @@ TEST_F(ApacheKafkaTest, TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIs
   EXPECT_NE(stale.message().find(id), std::string::npos) << stale.ToString();
   EXPECT_FALSE(a.BeginTransaction().ok()) << "fenced is for good";
 
+  // The newer producer's init ended the zombie's transaction: the reader is not held
+  // back by it, and its checkpoint is not read.
+  EXPECT_EQ(latest(), "checkpoint-1");
   ASSERT_TRUE(b.BeginTransaction().ok());
   ASSERT_TRUE(produce(b, "after-0").ok());
+  ASSERT_TRUE(checkpoint(b, "checkpoint-2").ok());
   ASSERT_TRUE(b.CommitTransaction(30s).ok());
+  EXPECT_EQ(latest(), "checkpoint-2");
 
   // The premise of the verdict: the log holds more than a read_committed reader returns
   // (the aborted and the zombie's records, and the transaction markers).
