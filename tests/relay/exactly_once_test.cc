@@ -59,5 +59,44 @@ TEST(ExactlyOnceTest, ResumeSkipsWhatTheCheckpointHoldsAndRefusesWhatItCannotExp
   EXPECT_NE(d.message.find("7312345678901234567/app/walrelay"), std::string::npos) << d.message;
 }
 
+TEST(ExactlyOnceTest, KafkaTransactionsHoldWholeSourceTransactionsAndBoundTheConfirmation) {
+  using namespace std::chrono_literals;
+  TransactionBatcher batcher(100ms, 1000);
+  const auto t0 = TransactionBatcher::Clock::now();
+  // A source transaction without records (e.g. only dead letters or other tables):
+  // nothing waits in Kafka, so it is confirmable at once.
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x100)}, t0));
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x100));
+  // Two source transactions within the interval go into one Kafka transaction.
+  batcher.OnRecord(t0);
+  batcher.OnRecord(t0);
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x200), 7, 0, 2}, t0 + 10ms));
+  EXPECT_TRUE(batcher.open());
+  // An empty one after it: not confirmable past the open Kafka transaction.
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x250)}, t0 + 20ms));
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x100));
+  batcher.OnRecord(t0 + 30ms);
+  // The interval is over only at a source commit: never inside a source transaction.
+  batcher.OnRecord(t0 + 200ms);
+  EXPECT_FALSE(batcher.pending_checkpoint());
+  ASSERT_TRUE(batcher.OnSourceCommit(Checkpoint{Lsn(0x300), 9, 0, 2}, t0 + 200ms));
+  ASSERT_TRUE(batcher.pending_checkpoint());
+  EXPECT_EQ(batcher.pending_checkpoint()->commit_lsn, Lsn(0x300));
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x100)) << "not before the commit returned";
+  batcher.OnKafkaCommitted();
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x300));
+  EXPECT_FALSE(batcher.open());
+
+  // A size bound cuts earlier than the interval; an abort confirms nothing.
+  TransactionBatcher small(1h, 3);
+  for (int i = 0; i < 2; ++i) small.OnRecord(t0);
+  EXPECT_FALSE(small.OnSourceCommit(Checkpoint{Lsn(0x400)}, t0));
+  for (int i = 0; i < 5; ++i) small.OnRecord(t0);  // one source transaction larger than 3
+  EXPECT_TRUE(small.OnSourceCommit(Checkpoint{Lsn(0x500)}, t0)) << "whole, then cut";
+  small.OnKafkaAborted();
+  EXPECT_EQ(small.ConfirmLimit(), Lsn()) << "nothing of an aborted transaction is confirmed";
+  EXPECT_FALSE(small.pending_checkpoint());
+}
+
 }  // namespace
 }  // namespace walrelay::relay

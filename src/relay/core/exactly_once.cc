@@ -68,4 +68,34 @@ ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slo
   return d;
 }
 
+void TransactionBatcher::OnRecord(Clock::time_point now) {
+  if (records_ == 0) began_ = now;
+  ++records_;
+}
+
+bool TransactionBatcher::OnSourceCommit(const Checkpoint& source, Clock::time_point now) {
+  if (records_ == 0) {
+    // Nothing of it waits in Kafka: confirmable at once.
+    if (source.commit_lsn > limit_) limit_ = source.commit_lsn;
+    return false;
+  }
+  last_whole_ = source;
+  if (now - began_ < interval_ && records_ < max_records_) return false;
+  pending_ = last_whole_;
+  return true;
+}
+
+void TransactionBatcher::OnKafkaCommitted() {
+  if (pending_ && pending_->commit_lsn > limit_) limit_ = pending_->commit_lsn;
+  pending_.reset();
+  last_whole_.reset();
+  records_ = 0;
+}
+
+void TransactionBatcher::OnKafkaAborted() {
+  pending_.reset();
+  last_whole_.reset();
+  records_ = 0;
+}
+
 }  // namespace walrelay::relay

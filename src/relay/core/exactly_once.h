@@ -14,10 +14,13 @@
 //   Checkpoint       the checkpoint record's value, in the walrelay.position format.
 //   DecideResume     where a session starts, from the checkpoint, the slot's confirmed
 //                    position and the server's WAL end; refusals name both positions.
+//   TransactionBatcher  when to commit a Kafka transaction, and how far the slot may be
+//                    confirmed meanwhile.
 //
 // Thread safety: pure functions and values.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -77,5 +80,50 @@ struct ResumeDecision {
 ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slot_confirmed,
                             Lsn server_wal_end, std::string_view checkpoint_topic,
                             const StreamIdentity& stream);
+
+// Cuts the stream into Kafka transactions at source transaction boundaries, and says how
+// far the slot may be confirmed: a Kafka transaction holds one or more whole source
+// transactions; it is committed at the first source commit after `interval` since it
+// began, or once it holds `max_records` records (a source transaction larger than that
+// still goes whole into one). The slot may be confirmed through the last source
+// transaction of the last committed Kafka transaction, and through source transactions
+// with no record after it (nothing of theirs waits in Kafka) while no record waits in an
+// open one.
+//   OnRecord()            a record of the open source transaction was produced
+//   OnSourceCommit(...)   the source transaction ended; true: commit the Kafka one now
+//                         (after producing pending_checkpoint() into it)
+//   OnKafkaCommitted()    commit_transaction returned OK
+//   OnKafkaAborted()      the Kafka transaction was aborted: nothing of it is visible, the
+//                         session restarts from the slot's confirmed position
+// Thread safety: one thread (the pipeline's).
+class TransactionBatcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  TransactionBatcher(std::chrono::milliseconds interval, uint64_t max_records)
+      : interval_(interval), max_records_(max_records) {}
+
+  void OnRecord(Clock::time_point now);
+  bool OnSourceCommit(const Checkpoint& source, Clock::time_point now);
+  void OnKafkaCommitted();
+  void OnKafkaAborted();
+
+  // Whether a Kafka transaction is open (it holds records).
+  bool open() const { return records_ != 0; }
+  // What the open Kafka transaction's checkpoint record says: its last whole source
+  // transaction. Set once OnSourceCommit returned true.
+  const std::optional<Checkpoint>& pending_checkpoint() const { return pending_; }
+  // The slot may be confirmed up to here (see above).
+  Lsn ConfirmLimit() const { return limit_; }
+  uint64_t records() const { return records_; }
+
+ private:
+  std::chrono::milliseconds interval_;
+  uint64_t max_records_;
+  uint64_t records_ = 0;                  // in the open Kafka transaction
+  Clock::time_point began_;               // when its first record was produced
+  std::optional<Checkpoint> last_whole_;  // its last whole source transaction
+  std::optional<Checkpoint> pending_;     // being committed
+  Lsn limit_;
+};
 
 }  // namespace walrelay::relay
