@@ -65,34 +65,45 @@ TEST(ExactlyOnceTest, KafkaTransactionsHoldWholeSourceTransactionsAndBoundTheCon
   const auto t0 = TransactionBatcher::Clock::now();
   // A source transaction without records (e.g. only dead letters or other tables):
   // nothing waits in Kafka, so it is confirmable at once.
-  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x100)}, t0));
-  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x100));
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x100)}, Lsn(0x110), t0));
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x110));
   // Two source transactions within the interval go into one Kafka transaction.
   batcher.OnRecord(t0);
   batcher.OnRecord(t0);
-  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x200), 7, 0, 2}, t0 + 10ms));
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x200), 7, 0, 2}, Lsn(0x210), t0 + 10ms));
   EXPECT_TRUE(batcher.open());
   // An empty one after it: not confirmable past the open Kafka transaction.
-  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x250)}, t0 + 20ms));
-  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x100));
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x250)}, Lsn(0x260), t0 + 20ms));
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x110));
   batcher.OnRecord(t0 + 30ms);
   // The interval is over only at a source commit: never inside a source transaction.
   batcher.OnRecord(t0 + 200ms);
   EXPECT_FALSE(batcher.pending_checkpoint());
-  ASSERT_TRUE(batcher.OnSourceCommit(Checkpoint{Lsn(0x300), 9, 0, 2}, t0 + 200ms));
+  ASSERT_TRUE(batcher.OnSourceCommit(Checkpoint{Lsn(0x300), 9, 0, 2}, Lsn(0x310), t0 + 200ms));
   ASSERT_TRUE(batcher.pending_checkpoint());
   EXPECT_EQ(batcher.pending_checkpoint()->commit_lsn, Lsn(0x300));
-  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x100)) << "not before the commit returned";
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x110)) << "not before the commit returned";
   batcher.OnKafkaCommitted();
-  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x300));
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x310)) << "the end LSN of its last source transaction";
   EXPECT_FALSE(batcher.open());
+
+  // Idle after a source commit inside the interval: Due() commits it once the interval is
+  // over, so the stream's last events do not wait for the next source transaction.
+  batcher.OnRecord(t0 + 300ms);
+  EXPECT_FALSE(batcher.OnSourceCommit(Checkpoint{Lsn(0x350)}, Lsn(0x360), t0 + 310ms));
+  EXPECT_FALSE(batcher.Due(t0 + 350ms));
+  ASSERT_TRUE(batcher.Due(t0 + 400ms));
+  EXPECT_EQ(batcher.pending_checkpoint()->commit_lsn, Lsn(0x350));
+  batcher.OnKafkaCommitted();
+  EXPECT_EQ(batcher.ConfirmLimit(), Lsn(0x360));
+  EXPECT_FALSE(batcher.Due(t0 + 1h)) << "nothing open";
 
   // A size bound cuts earlier than the interval; an abort confirms nothing.
   TransactionBatcher small(1h, 3);
   for (int i = 0; i < 2; ++i) small.OnRecord(t0);
-  EXPECT_FALSE(small.OnSourceCommit(Checkpoint{Lsn(0x400)}, t0));
+  EXPECT_FALSE(small.OnSourceCommit(Checkpoint{Lsn(0x400)}, Lsn(0x410), t0));
   for (int i = 0; i < 5; ++i) small.OnRecord(t0);  // one source transaction larger than 3
-  EXPECT_TRUE(small.OnSourceCommit(Checkpoint{Lsn(0x500)}, t0)) << "whole, then cut";
+  EXPECT_TRUE(small.OnSourceCommit(Checkpoint{Lsn(0x500)}, Lsn(0x510), t0)) << "whole, then cut";
   small.OnKafkaAborted();
   EXPECT_EQ(small.ConfirmLimit(), Lsn()) << "nothing of an aborted transaction is confirmed";
   EXPECT_FALSE(small.pending_checkpoint());

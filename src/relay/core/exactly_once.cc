@@ -73,20 +73,28 @@ void TransactionBatcher::OnRecord(Clock::time_point now) {
   ++records_;
 }
 
-bool TransactionBatcher::OnSourceCommit(const Checkpoint& source, Clock::time_point now) {
+bool TransactionBatcher::OnSourceCommit(const Checkpoint& source, Lsn end_lsn,
+                                        Clock::time_point now) {
   if (records_ == 0) {
     // Nothing of it waits in Kafka: confirmable at once.
-    if (source.commit_lsn > limit_) limit_ = source.commit_lsn;
+    if (end_lsn > limit_) limit_ = end_lsn;
     return false;
   }
   last_whole_ = source;
-  if (now - began_ < interval_ && records_ < max_records_) return false;
+  last_whole_end_ = end_lsn;
+  return Due(now);
+}
+
+bool TransactionBatcher::Due(Clock::time_point now) {
+  if (pending_) return true;
+  if (!last_whole_ || (now - began_ < interval_ && records_ < max_records_)) return false;
   pending_ = last_whole_;
+  pending_end_ = last_whole_end_;
   return true;
 }
 
 void TransactionBatcher::OnKafkaCommitted() {
-  if (pending_ && pending_->commit_lsn > limit_) limit_ = pending_->commit_lsn;
+  if (pending_ && pending_end_ > limit_) limit_ = pending_end_;
   pending_.reset();
   last_whole_.reset();
   records_ = 0;

@@ -90,8 +90,12 @@ ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slo
 // with no record after it (nothing of theirs waits in Kafka) while no record waits in an
 // open one.
 //   OnRecord()            a record of the open source transaction was produced
-//   OnSourceCommit(...)   the source transaction ended; true: commit the Kafka one now
+//   OnSourceCommit(...)   the source transaction ended (its position, and its end LSN: what
+//                         the slot is confirmed with); true: commit the Kafka one now
 //                         (after producing pending_checkpoint() into it)
+//   Due(now)              between source transactions: true when the open Kafka
+//                         transaction's interval is over (an idle stream must not keep
+//                         committed source transactions invisible); commit it the same way
 //   OnKafkaCommitted()    commit_transaction returned OK
 //   OnKafkaAborted()      the Kafka transaction was aborted: nothing of it is visible, the
 //                         session restarts from the slot's confirmed position
@@ -103,7 +107,9 @@ class TransactionBatcher {
       : interval_(interval), max_records_(max_records) {}
 
   void OnRecord(Clock::time_point now);
-  bool OnSourceCommit(const Checkpoint& source, Clock::time_point now);
+  bool OnSourceCommit(const Checkpoint& source, Lsn end_lsn, Clock::time_point now);
+  // Call only between source transactions (a Kafka transaction never ends inside one).
+  bool Due(Clock::time_point now);
   void OnKafkaCommitted();
   void OnKafkaAborted();
 
@@ -112,7 +118,7 @@ class TransactionBatcher {
   // What the open Kafka transaction's checkpoint record says: its last whole source
   // transaction. Set once OnSourceCommit returned true.
   const std::optional<Checkpoint>& pending_checkpoint() const { return pending_; }
-  // The slot may be confirmed up to here (see above).
+  // The slot may be confirmed up to here (an end LSN; see above).
   Lsn ConfirmLimit() const { return limit_; }
   uint64_t records() const { return records_; }
 
@@ -122,8 +128,10 @@ class TransactionBatcher {
   uint64_t records_ = 0;                  // in the open Kafka transaction
   Clock::time_point began_;               // when its first record was produced
   std::optional<Checkpoint> last_whole_;  // its last whole source transaction
+  Lsn last_whole_end_;                    // and that one's end LSN
   std::optional<Checkpoint> pending_;     // being committed
-  Lsn limit_;
+  Lsn pending_end_;
+  Lsn limit_;  // an end LSN
 };
 
 }  // namespace walrelay::relay
