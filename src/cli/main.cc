@@ -1,6 +1,7 @@
 // walrelay: the command-line program. Subcommands:
 //   run               stream the outbox to Kafka (see docs/configuration.md)
 //   config-reference  print the configuration reference (Markdown)
+//   config from-debezium  translate a Debezium connector configuration (from_debezium.h)
 //   lag               every slot's retained WAL and lag; a monitoring check (src/cli/lag.h)
 //   record / replay   capture a slot's raw stream; replay it through the pipeline (record.h)
 //   cutover debezium  take over a stopped Debezium connector's slot and stream from it
@@ -21,11 +22,14 @@
 #include <csignal>
 #include <thread>
 #include <unistd.h>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "base/json.h"
 #include "base/suggest.h"
 
+#include "src/cli/from_debezium.h"
 #include "src/cli/lag.h"
 #include "src/cli/log_format.h"
 #include "src/cli/options.h"
@@ -448,6 +452,27 @@ int main(int argc, char** argv) {
   CLI::App* ref = app.add_subcommand(
       "config-reference", "Print the configuration reference (Markdown) generated from the code.");
 
+  CLI::App* config_cmd = app.add_subcommand("config", "Configuration tools.");
+  config_cmd->require_subcommand(1);
+  CLI::App* from_debezium = config_cmd->add_subcommand(
+      "from-debezium",
+      "Translate a Debezium PostgreSQL connector's configuration (Kafka Connect's REST JSON, "
+      "the bare config object, or a .properties file) into walrelay's TOML, printed on "
+      "stdout: the debezium outbox profile and every setting that maps; each one that does "
+      "not becomes a '# not mapped:' comment with the reason (also listed on stderr). "
+      "Secrets are never copied. See docs/migrating-from-debezium.md.");
+  std::string debezium_file;
+  bool from_debezium_strict = false;
+  from_debezium->add_option("FILE", debezium_file, "The connector's configuration ('-': stdin)")
+      ->required();
+  from_debezium->add_flag("--strict", from_debezium_strict,
+                          "Exit 1 when a setting could not be mapped (the TOML is printed "
+                          "either way)");
+  from_debezium->footer(
+      "Exit codes: 0 translated (every setting mapped, or said in a comment); 1 with --strict "
+      "when a setting was not mapped; 2 the file cannot be read or is not a PostgreSQL "
+      "connector's configuration.");
+
   walrelay::cli::LagCommand lag(&app);        // `walrelay lag`: src/cli/lag.h
   walrelay::cli::RecordCommand record(&app);  // `walrelay record`: src/cli/record.h
   walrelay::cli::ReplayCommand replay(&app);  // `walrelay replay`
@@ -478,6 +503,29 @@ int main(int argc, char** argv) {
   if (ref->parsed()) {
     std::cout << walrelay::cli::ConfigurationReference();
     return 0;
+  }
+  if (from_debezium->parsed()) {
+    std::stringstream text;
+    if (debezium_file == "-") {
+      text << std::cin.rdbuf();
+    } else {
+      std::ifstream in(debezium_file);
+      if (!in) {
+        std::cerr << "walrelay config from-debezium: cannot read " << debezium_file << "\n";
+        return 2;
+      }
+      text << in.rdbuf();
+    }
+    auto translated = walrelay::cli::TranslateDebeziumConfig(text.str());
+    if (!translated.ok()) {
+      std::cerr << "walrelay config from-debezium: " << translated.status().message() << "\n";
+      return 2;
+    }
+    std::cout << translated->toml;
+    for (const std::string& u : translated->unmapped) std::cerr << "not mapped: " << u << "\n";
+    std::cerr << translated->unmapped.size() << " settings not mapped"
+              << (translated->unmapped.empty() ? "" : " (comments in the TOML say why)") << "\n";
+    return from_debezium_strict && !translated->unmapped.empty() ? 1 : 0;
   }
   if (setup->parsed()) {
     auto config = setup_binder.Resolve(/*require_kafka=*/false);
