@@ -81,6 +81,89 @@ Result<Settings> ParseJson(std::string_view text) {
   return out;
 }
 
+size_t Indent(const std::string& line) { return line.find_first_not_of(' '); }
+
+// A YAML scalar as Strimzi's examples write them: plain, 'single' or "double" quoted, with
+// an optional trailing comment. Block scalars (| >) are refused by the caller.
+std::string YamlScalar(std::string v) {
+  v = Trim(v);
+  if (!v.empty() && (v[0] == '"' || v[0] == '\'')) {
+    const char q = v[0];
+    std::string out;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (q == '\'' && v[i] == '\'' && i + 1 < v.size() && v[i + 1] == '\'') {
+        out += '\'';
+        ++i;
+      } else if (q == '"' && v[i] == '\\' && i + 1 < v.size()) {
+        out += v[++i];
+      } else if (v[i] == q) {
+        break;
+      } else {
+        out += v[i];
+      }
+    }
+    return out;
+  }
+  if (const size_t hash = v.find(" #"); hash != std::string::npos) v = Trim(v.substr(0, hash));
+  return v;
+}
+
+// Strimzi's KafkaConnector: spec.class and the flat map spec.config.
+Result<Settings> ParseKafkaConnectorYaml(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (Trim(line).empty() || Trim(line)[0] == '#') continue;
+    if (line.find('\t') != std::string::npos) {
+      return InvalidArgumentError("the YAML is indented with tabs");
+    }
+    lines.push_back(line);
+  }
+  Settings out;
+  size_t spec = std::string::npos, spec_indent = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (Indent(lines[i]) == 0 && Trim(lines[i]) == "spec:") spec = i;
+  }
+  if (spec == std::string::npos) return InvalidArgumentError("the KafkaConnector has no spec");
+  size_t i = spec + 1;
+  if (i < lines.size()) spec_indent = Indent(lines[i]);
+  for (; i < lines.size() && Indent(lines[i]) >= spec_indent && spec_indent > 0; ++i) {
+    if (Indent(lines[i]) != spec_indent) continue;
+    const std::string t = Trim(lines[i]);
+    if (t.rfind("class:", 0) == 0) {
+      out.emplace_back("connector.class", YamlScalar(t.substr(6)));
+    } else if (t == "config:") {
+      const size_t at = i + 1;
+      const size_t config_indent = at < lines.size() ? Indent(lines[at]) : 0;
+      for (i = at; i < lines.size() && Indent(lines[i]) == config_indent &&
+                   config_indent > spec_indent;
+           ++i) {
+        const std::string kv = Trim(lines[i]);
+        const size_t colon = kv.find(": ") != std::string::npos ? kv.find(": ") : kv.find(':');
+        if (colon == std::string::npos) {
+          return InvalidArgumentError("spec.config line '" + kv + "' is not key: value");
+        }
+        const std::string value = Trim(kv.substr(colon + 1));
+        if (value.rfind('|', 0) == 0 || value.rfind('>', 0) == 0) {
+          return InvalidArgumentError("spec.config." + kv.substr(0, colon) +
+                                      " is a block scalar, which is not read: write it on one line");
+        }
+        out.emplace_back(YamlScalar(kv.substr(0, colon)), YamlScalar(value));
+      }
+      --i;
+    }
+  }
+  return out;
+}
+
+// ${provider:path:key}: Kafka Connect's config providers (Strimzi's secrets, files, env).
+bool IsProviderReference(std::string_view v) {
+  const size_t at = v.find("${");
+  return at != std::string_view::npos && v.find(':', at) != std::string_view::npos &&
+         v.find('}', at) != std::string_view::npos && v.find("${routedByValue}") == std::string_view::npos;
+}
+
 bool IsSecret(std::string_view key) {
   return key.find("password") != std::string_view::npos ||
          key.find("secret") != std::string_view::npos ||
@@ -135,14 +218,13 @@ std::string FormatFor(const std::string& converter, const std::string& schemas_e
 
 Result<DebeziumTranslation> TranslateDebeziumConfig(std::string_view text) {
   const std::string trimmed = Trim(text.substr(0, std::min<size_t>(text.size(), 4096)));
-  if (trimmed.rfind("apiVersion:", 0) == 0 || trimmed.find("\nkind: KafkaConnector") !=
-                                                  std::string::npos) {
-    return InvalidArgumentError(
-        "a Strimzi KafkaConnector YAML is not read yet; give its spec.config as JSON or "
-        ".properties (kubectl get kafkaconnector NAME -o jsonpath='{.spec.config}')");
+  const bool yaml = trimmed.find("kind: KafkaConnector") != std::string::npos;
+  if (!yaml && trimmed.rfind("apiVersion:", 0) == 0) {
+    return InvalidArgumentError("a Kubernetes resource that is not a KafkaConnector");
   }
-  Result<Settings> parsed = !trimmed.empty() && trimmed[0] == '{' ? ParseJson(text)
-                                                                   : ParseProperties(text);
+  Result<Settings> parsed = yaml                                       ? ParseKafkaConnectorYaml(text)
+                            : !trimmed.empty() && trimmed[0] == '{' ? ParseJson(text)
+                                                                     : ParseProperties(text);
   if (!parsed.ok()) return parsed.status();
   std::map<std::string, std::string> all(parsed->begin(), parsed->end());
   auto get = [&](const std::string& key) {
@@ -180,7 +262,11 @@ Result<DebeziumTranslation> TranslateDebeziumConfig(std::string_view text) {
            {"database.sslrootcert", "sslrootcert"},
            {"database.sslcert", "sslcert"},
            {"database.sslkey", "sslkey"}}) {
-    if (std::string v = use(key); !v.empty()) {
+    if (std::string v = use(key); IsProviderReference(v)) {
+      out.NotMapped(key, v,
+                    "a Kafka Connect config provider reference, which walrelay does not "
+                    "resolve: put the value itself in source.dsn");
+    } else if (!v.empty()) {
       dsn += (dsn.empty() ? "" : " ") + word + "=" +
              (v.find_first_of(" '\\") == std::string::npos ? v : "'" + v + "'");
     }

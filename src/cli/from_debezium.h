@@ -2,8 +2,9 @@
 // as users have it, turned into walrelay's TOML (issue 46, part 4).
 //
 // Input forms: the Kafka Connect REST JSON (`{"name": ..., "config": {...}}`) or the bare
-// config object, and a Java `.properties` file (`key=value` or `key: value`, `#`/`!`
-// comments). Strimzi's KafkaConnector YAML is not read yet: refused with that reason.
+// config object, a Java `.properties` file (`key=value` or `key: value`, `#`/`!`
+// comments), and Strimzi's KafkaConnector YAML (spec.class and the flat map spec.config,
+// scalars plain or quoted on one line each; block scalars are refused with the reason).
 //
 // Output: a TOML file for `walrelay run --config` with `outbox.profile = "debezium"` (whose
 // defaults are what the connector and its Outbox Event Router write, docs/migrating-from-
@@ -30,7 +31,7 @@ struct DebeziumTranslation {
 };
 
 // kInvalidArgument: not a configuration walrelay can read (unparsable, not the PostgreSQL
-// connector, a YAML file), with the reason.
+// connector), with the reason.
 Result<DebeziumTranslation> TranslateDebeziumConfig(std::string_view text);
 
 }  // namespace walrelay::cli

@@ -144,14 +144,58 @@ TEST(FromDebeziumTest, TheRestJsonFormIsReadAndSecretsAreNeverCopied) {
   EXPECT_EQ(keys, "value.converter;producer.override.sasl.jaas.config;") << t->toml;
 }
 
+TEST(FromDebeziumTest, AStrimziKafkaConnectorIsRead) {
+  const std::string yaml = R"(apiVersion: kafka.strimzi.io/v1beta2
+kind: KafkaConnector
+metadata:
+  name: outbox-connector
+  labels:
+    strimzi.io/cluster: my-connect
+spec:
+  class: io.debezium.connector.postgresql.PostgresConnector
+  tasksMax: 1
+  config:
+    database.hostname: postgres.db.svc   # the primary
+    database.port: 5432
+    database.user: "${secrets:db/debezium:username}"
+    database.password: ${secrets:db/debezium:password}
+    database.dbname: 'orders'
+    topic.prefix: orders
+    slot.name: orders_slot
+    table.include.list: public.outbox
+    transforms: outbox
+    transforms.outbox.type: io.debezium.transforms.outbox.EventRouter
+    transforms.outbox.route.topic.replacement: "orders.${routedByValue}"
+    key.converter: org.apache.kafka.connect.storage.StringConverter
+    value.converter: org.apache.kafka.connect.storage.StringConverter
+)";
+  auto t = TranslateDebeziumConfig(yaml);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_NE(t->toml.find("dsn = \"host=postgres.db.svc port=5432 dbname=orders\""),
+            std::string::npos)
+      << t->toml;
+  // A config provider's reference is not a value walrelay can use: said, not copied.
+  ASSERT_EQ(t->unmapped.size(), 1u);
+  EXPECT_EQ(t->unmapped[0].rfind("database.user: a Kafka Connect config provider reference", 0),
+            0u)
+      << t->unmapped[0];
+  EXPECT_EQ(t->toml.find("debezium:password"), std::string::npos) << t->toml;
+  EXPECT_NE(t->toml.find("slot = \"orders_slot\""), std::string::npos) << t->toml;
+  EXPECT_NE(t->toml.find("topic_template = \"orders.${aggregate_type}\""), std::string::npos);
+  EXPECT_NE(t->toml.find("value_format = \"raw\""), std::string::npos);
+  EXPECT_EQ(TranslateDebeziumConfig("kind: KafkaConnector\nspec:\n  config:\n    a: |\n      x\n")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument)
+      << "a block scalar is refused, not misread";
+}
+
 TEST(FromDebeziumTest, WhatIsNotAPostgresConnectorConfigurationIsRefused) {
   EXPECT_EQ(TranslateDebeziumConfig("connector.class=io.debezium.connector.mysql.MySqlConnector")
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(TranslateDebeziumConfig("apiVersion: kafka.strimzi.io/v1beta2\nkind: KafkaConnector")
-                .status()
-                .code(),
+  EXPECT_EQ(TranslateDebeziumConfig("apiVersion: v1\nkind: ConfigMap").status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(TranslateDebeziumConfig("{not json").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(TranslateDebeziumConfig("just words").status().code(), StatusCode::kInvalidArgument);
