@@ -249,7 +249,8 @@ Result<std::string> SlotAdmin::DescribeBackend(int pid) {
   const std::string port = Value(r.get(), 0, 3);
   const std::string hostname = Value(r.get(), 0, 4);
   const std::string since = Value(r.get(), 0, 5);
-  out += ", application '" + app + "'";
+  // Another role's session without pg_read_all_stats: PostgreSQL hides these (NULL).
+  if (!app.empty()) out += ", application '" + app + "'";
   if (local) {
     out += " over a local socket";
   } else if (!addr.empty()) {
