@@ -220,6 +220,13 @@ struct RelayConfig {
   std::string bootstrap_servers;
   bool embedded_kafka = false;  // start librdkafka's mock cluster in process
   std::map<std::string, std::string> kafka_properties;  // any librdkafka property
+  // Exactly-once mode (issue 43, work in progress: no option sets it yet; tests do).
+  // Records go into Kafka transactions of whole source transactions with a checkpoint
+  // record each (core/exactly_once.h); WAL mode only.
+  bool exactly_once = false;
+  std::string kafka_transactional_id;  // empty: derived from the stream (StreamIdentity)
+  std::chrono::milliseconds kafka_transaction_interval{100};
+  std::string checkpoint_topic = "walrelay.checkpoints";
 
   // --- flow control and timing
   // Measured (bench/README.md, "In-flight caps"): 10,000 events / 8 MiB keep the replay

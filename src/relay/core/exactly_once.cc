@@ -32,8 +32,7 @@ std::optional<Checkpoint> ParseCheckpoint(std::string_view text) {
   return Checkpoint{p->lsn, p->xid, p->commit_time_us, p->ordinal};
 }
 
-ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slot_confirmed,
-                            Lsn server_wal_end, std::string_view checkpoint_topic,
+ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn server_wal_end, std::string_view checkpoint_topic,
                             const StreamIdentity& stream) {
   ResumeDecision d;
   if (!checkpoint) return d;
@@ -50,17 +49,6 @@ ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slo
         ". Nothing was published or confirmed. Fix: if this database is the source now, give "
         "the stream a new identity (another slot name, or --kafka-transactional-id and a "
         "new checkpoint topic) and republish what consumers miss";
-    return d;
-  }
-  if (checkpoint->commit_lsn < slot_confirmed) {
-    d.kind = ResumeDecision::Kind::kRefuse;
-    d.message =
-        where + " is behind the slot's confirmed position (" + slot_confirmed.ToString() +
-        "): the slot was confirmed past what Kafka's committed transactions hold (by another "
-        "client, or by walrelay running without exactly-once since), so the events between "
-        "the two may never have been published. Nothing was published or confirmed. Fix: "
-        "republish from the outbox rows committed after the checkpoint's commit time, then "
-        "remove the stream's checkpoint record";
     return d;
   }
   d.kind = ResumeDecision::Kind::kSkipThrough;

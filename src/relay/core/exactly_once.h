@@ -12,8 +12,8 @@
 //                    slot. Its transactional.id is the same for every relay of the slot, so
 //                    a relay that takes over fences the one it replaces.
 //   Checkpoint       the checkpoint record's value, in the walrelay.position format.
-//   DecideResume     where a session starts, from the checkpoint, the slot's confirmed
-//                    position and the server's WAL end; refusals name both positions.
+//   DecideResume     what a session skips, from the checkpoint and the server's WAL end;
+//                    a refusal names both positions.
 //   TransactionBatcher  when to commit a Kafka transaction, and how far the slot may be
 //                    confirmed meanwhile.
 //
@@ -71,14 +71,14 @@ struct ResumeDecision {
   }
 };
 
-// `slot_confirmed`: the slot's confirmed_flush_lsn; `server_wal_end`: the server's current
-// WAL position. A checkpoint behind the slot's confirmed position means the slot was
-// confirmed past what Kafka holds (advanced by something else, or by walrelay without
-// exactly-once since): refused, as the events between would be skipped. One past the
-// server's WAL end belongs to another history (a restored database, another server under
-// the same identity): refused, as every event up to it would be skipped.
-ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn slot_confirmed,
-                            Lsn server_wal_end, std::string_view checkpoint_topic,
+// `server_wal_end`: the server's current WAL position. A checkpoint past it belongs to
+// another history (a restored database, another server under the same identity): refused,
+// as every event up to it would be skipped. A checkpoint behind the slot's confirmed
+// position is no refusal: the slot moves past the last checkpoint on its own while no
+// Kafka transaction is open (idle WAL, heartbeats), or after a run without exactly-once
+// that published what it confirmed; a slot advanced by anything else is refused by the
+// slot-trust rule before (invariant 11, progress.h).
+ResumeDecision DecideResume(const std::optional<Checkpoint>& checkpoint, Lsn server_wal_end, std::string_view checkpoint_topic,
                             const StreamIdentity& stream);
 
 // Cuts the stream into Kafka transactions at source transaction boundaries, and says how

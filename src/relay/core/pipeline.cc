@@ -170,6 +170,13 @@ void Pipeline::OnHeartbeat(std::string_view content) {
 
 void Pipeline::OnDelivery(uint64_t cookie, const Status& status, size_t bytes,
                           const kafka::DeliveredRecord* delivered) {
+  if (cookie == kCheckpointCookie) {
+    // Exactly-once mode's checkpoint record: no event; a failure fails the transaction.
+    if (!status.ok() && delivery_failure_.ok()) {
+      delivery_failure_ = status.WithContext("exactly-once checkpoint record");
+    }
+    return;
+  }
   in_flight_bytes_ -= std::min<uint64_t>(in_flight_bytes_, bytes);
   if (status.ok()) {
     tracker_.Ack(cookie);
@@ -378,6 +385,10 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   position.commit_time_us = tx_commit_time_us_;
   position.source = source;
   record_.Build(event_, position);
+  if (options_.exactly_once != nullptr && !kafka_tx_open_) {
+    WALRELAY_RETURN_IF_ERROR(sink_.BeginTransaction());
+    kafka_tx_open_ = true;
+  }
   const uint64_t token = tracker_.AddEvent(tx_);
   const int64_t timestamp_ms =
       config_.record_timestamp == RecordTimestamp::kCommit ? tx_commit_time_us_ / 1000 : 0;
@@ -393,6 +404,7 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
     in_flight_bytes_ += event_.key.size() + record_.value().size();
     stats_.events_produced.fetch_add(1, std::memory_order_relaxed);
     tx_produced_ = true;
+    if (options_.exactly_once != nullptr) options_.exactly_once->batcher.OnRecord(Clock::now());
   }
   ++tx_ordinal_;
   return Status::Ok();
@@ -409,6 +421,8 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       tx_ordinal_ = 0;
       tx_xid_ = begin.xid;
       tx_commit_time_us_ = slot::PgTimeToUnixMicros(begin.commit_time);
+      tx_already_published_ = options_.exactly_once != nullptr &&
+                              options_.exactly_once->resume.AlreadyPublished(tx_commit_lsn_);
       source_.SetInTransaction(true);
       return Status::Ok();
     }
@@ -427,10 +441,17 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       // memory does not grow with transactions of other tables or empty ones (invariant 4).
       if (tx_produced_) pending_commits_.push_back({tx_, tx_commit_time_us_});
       tx_produced_ = false;
+      tx_already_published_ = false;
       RetireAcked();  // publishes the oldest pending commit
       tx_ = 0;
       stats_.transactions.fetch_add(1, std::memory_order_relaxed);
       source_.SetInTransaction(false);
+      if (options_.exactly_once != nullptr &&
+          options_.exactly_once->batcher.OnSourceCommit(
+              Checkpoint{tx_commit_lsn_, tx_xid_, tx_commit_time_us_, tx_ordinal_}, e.end_lsn,
+              Clock::now())) {
+        return CommitKafkaTransaction();
+      }
       return Status::Ok();
     case TransactionAssembler::Boundary::kNone:
       break;
@@ -438,6 +459,12 @@ Status Pipeline::HandleMessage(const pgoutput::Message& m,
       return DataLossError(
           "unexpected streaming or two-phase message (walrelay starts replication without "
           "streaming and two_phase)");
+  }
+  if (tx_already_published_ && (std::holds_alternative<pgoutput::Insert>(m) ||
+                                std::holds_alternative<pgoutput::LogicalMessage>(m))) {
+    // Exactly-once mode: Kafka has this source transaction (the checkpoint says so).
+    stats_.skipped_already_published.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
   }
   if (const auto* rel = std::get_if<pgoutput::Relation>(&m)) {
     mapper_.OnRelation(*rel);
@@ -542,7 +569,38 @@ Status Pipeline::HandleWal2Json(const slot::XLogData& x) {
 Lsn Pipeline::Acked() const {
   Lsn flush = tracker_.FlushLsn();
   if (confirm_before_ack_) flush = std::max(flush, received_);  // the test failpoint
+  // Exactly-once mode: acknowledged is not enough while the Kafka transaction holding the
+  // records is open; nothing past what committed (nothing waits in Kafka otherwise).
+  if (options_.exactly_once != nullptr && kafka_tx_open_) {
+    flush = std::min(flush, options_.exactly_once->batcher.ConfirmLimit());
+  }
   return flush;
+}
+
+Status Pipeline::CommitKafkaTransaction() {
+  Options::ExactlyOnce& eo = *options_.exactly_once;
+  const std::optional<Checkpoint>& checkpoint = eo.batcher.pending_checkpoint();
+  if (!kafka_tx_open_ || !checkpoint) return Status::Ok();
+  // The checkpoint record, in the same transaction: read back at the next start to skip
+  // what this transaction holds. Its report is not an event's (cookie 0 is no token).
+  const std::string value = FormatCheckpoint(*checkpoint);
+  WALRELAY_RETURN_IF_ERROR(
+      sink_.Produce(eo.checkpoint_topic, eo.checkpoint_key, value, {}, kCheckpointCookie, 0)
+          .WithContext("exactly-once checkpoint record"));
+  Status committed = sink_.CommitTransaction(eo.commit_timeout);
+  if (!committed.ok()) {
+    // Nothing of this Kafka transaction becomes visible (aborted by the broker, or by the
+    // next producer of the transactional.id); the next session reads it again.
+    eo.batcher.OnKafkaAborted();
+    kafka_tx_open_ = false;
+    return committed.WithContext("exactly-once: commit of the Kafka transaction through " +
+                                 checkpoint->commit_lsn.ToString());
+  }
+  if (!delivery_failure_.ok()) return delivery_failure_;
+  eo.batcher.OnKafkaCommitted();
+  kafka_tx_open_ = false;
+  stats_.kafka_transactions_committed.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 Lsn Pipeline::confirmable_lsn() const {
@@ -637,6 +695,12 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
       WALRELAY_RETURN_IF_ERROR(options_.tick());
       next_tick_ = Clock::now() + milliseconds(100);
     }
+    // Exactly-once mode, between source transactions: an open Kafka transaction whose
+    // interval is over is committed, so a quiet stream's last events become visible.
+    if (options_.exactly_once != nullptr && kafka_tx_open_ && !assembler_.in_transaction() &&
+        options_.exactly_once->batcher.Due(Clock::now())) {
+      WALRELAY_RETURN_IF_ERROR(CommitKafkaTransaction());
+    }
     sink_.Poll(milliseconds(0));
     if (!delivery_failure_.ok()) return delivery_failure_;
     RetireAcked();
@@ -687,6 +751,13 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
 Status Pipeline::Drain() {
   spdlog::info("stopping: waiting up to {} ms for {} in-flight events",
                config_.shutdown_timeout.count(), tracker_.InFlightEvents());
+  if (options_.exactly_once != nullptr && kafka_tx_open_ && !assembler_.in_transaction() &&
+      options_.exactly_once->batcher.records() != 0) {
+    // Exactly-once mode: what is whole is committed; a source transaction read in part
+    // stays out (its Kafka transaction is aborted with the producer) and is read again.
+    options_.exactly_once->batcher.Due(Clock::now() + std::chrono::hours(24 * 365));
+    if (Status st = CommitKafkaTransaction(); !st.ok()) spdlog::warn("{}", st.ToString());
+  }
   Status flushed = sink_.Flush(config_.shutdown_timeout);
   if (!delivery_failure_.ok()) spdlog::warn("{}", delivery_failure_.ToString());
   Status st = SendStatus(false, /*final=*/true);

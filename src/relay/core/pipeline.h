@@ -38,6 +38,7 @@
 #include "src/relay/core/ack_tracker.h"
 #include "src/relay/core/config.h"
 #include "src/relay/core/dead_letter.h"
+#include "src/relay/core/exactly_once.h"
 #include "src/relay/core/outbox_mapper.h"
 #include "src/relay/core/record_builder.h"
 #include "src/relay/core/relay_stats.h"
@@ -79,6 +80,16 @@ class RecordSink {
   virtual int WakeFd() const { return -1; }
   // Whether the sink ever reached its destination (kafka::Producer::BrokerReached).
   virtual bool BrokerReached() { return true; }
+  // Kafka transactions (exactly-once mode; kafka::Producer's, whose errors they return).
+  // Sinks without them refuse (kFailedPrecondition).
+  virtual Status BeginTransaction() {
+    return FailedPreconditionError("this sink has no transactions");
+  }
+  virtual Status CommitTransaction(std::chrono::milliseconds /*timeout*/) {
+    return FailedPreconditionError("this sink has no transactions");
+  }
+  // True once a newer producer of the same transactional.id fenced this sink's.
+  virtual bool Fenced() const { return false; }
 };
 
 // How long a session's producer may go without reaching any broker before it is news: a
@@ -143,6 +154,11 @@ class KafkaSink : public RecordSink {
   int WakeFd() const override { return producer_->wake_fd(); }
   void StopProducing(const Status& why) override { producer_->StopAfter(why); }
   bool BrokerReached() override { return producer_->BrokerReached(); }
+  Status BeginTransaction() override { return producer_->BeginTransaction(); }
+  Status CommitTransaction(std::chrono::milliseconds timeout) override {
+    return producer_->CommitTransaction(timeout);
+  }
+  bool Fenced() const override { return producer_->fenced(); }
   kafka::Producer& producer() { return *producer_; }
 
  private:
@@ -213,6 +229,18 @@ class Pipeline {
     // recording, the benchmarks). `confirm_limit` is the position recorded before.
     std::function<Result<Lsn>(Lsn)> record_confirmable;
     Lsn confirm_limit;
+    // Exactly-once mode (issue 43, work in progress; core/exactly_once.h): set, records go
+    // into Kafka transactions that hold whole source transactions, each with a checkpoint
+    // record; the slot is confirmed no further than what committed; source transactions
+    // the checkpoint says Kafka has are skipped. Null: the idempotent mode.
+    struct ExactlyOnce {
+      TransactionBatcher batcher{std::chrono::milliseconds(100), 100000};
+      ResumeDecision resume;
+      std::string checkpoint_topic;
+      std::string checkpoint_key;
+      std::chrono::milliseconds commit_timeout{60000};
+    };
+    ExactlyOnce* exactly_once = nullptr;
   };
 
   // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
@@ -313,6 +341,14 @@ class Pipeline {
   uint32_t tx_xid_ = 0;
   uint32_t tx_ordinal_ = 0;
   bool tx_produced_ = false;  // the open transaction handed a record to the sink
+  // Exactly-once mode: a Kafka transaction is open; the source transaction being read is
+  // one the checkpoint says Kafka already has (its events are skipped).
+  bool kafka_tx_open_ = false;
+  bool tx_already_published_ = false;
+  // Exactly-once mode: commits the open Kafka transaction with its checkpoint record.
+  Status CommitKafkaTransaction();
+  // The checkpoint record's cookie: no AckTracker token (those are transaction numbers).
+  static constexpr uint64_t kCheckpointCookie = UINT64_MAX;
   uint64_t in_flight_bytes_ = 0;
   Status delivery_failure_;  // first failed delivery report: ends the session
   Lsn received_;

@@ -21,6 +21,10 @@ struct RelayStats {
   std::atomic<uint64_t> skipped_deletes{0};
   std::atomic<uint64_t> skipped_truncates{0};
   std::atomic<uint64_t> skipped_messages{0};      // logical messages with another prefix
+  // Exactly-once mode: events of source transactions the checkpoint says Kafka already has
+  // (read again after a restart, not published again), and Kafka transactions committed.
+  std::atomic<uint64_t> skipped_already_published{0};
+  std::atomic<uint64_t> kafka_transactions_committed{0};
   std::atomic<uint64_t> skipped_other_tables{0};  // INSERTs into tables that are not outboxes
   std::atomic<uint64_t> bytes_received{0};        // pgoutput payload bytes
   std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted

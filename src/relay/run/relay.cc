@@ -205,6 +205,18 @@ Status Relay::Run() {
           const auto streaming_since = Clock::now();
           st = session.Stream();
           if (st.ok()) break;  // stopped on request
+          if (session.fenced()) {
+            // Exactly-once mode: another relay initialised the stream's transactional.id
+            // (it took the slot over while this one was paused or cut off). Nothing this
+            // one had not committed is visible, and it confirmed nothing past its commits:
+            // stand by, as for a slot held by another process.
+            spdlog::warn("exactly-once: this relay was fenced by another relay of the same "
+                         "stream: {}. Nothing of its open Kafka transaction is visible and "
+                         "nothing past its last commit was confirmed; standing by",
+                         st.message());
+            standby_for = 0;
+            standby_holder = "another relay (it fenced this one's Kafka producer)";
+          }
           // A session that streamed a while starts the backoff anew; one that fails at once
           // again (e.g. on an event whose topic is being retried) keeps backing off.
           if (Clock::now() - streaming_since >= std::chrono::seconds(10)) {

@@ -4,6 +4,8 @@
 
 #include "base/sql.h"
 #include "slot/server_version.h"
+#include "src/kafka/latest_value.h"
+#include "src/relay/core/exactly_once.h"
 #include "slot/wire.h"
 #include "src/relay/core/plugin_options.h"
 #include "src/relay/core/schema.h"
@@ -30,6 +32,60 @@ Result<slot::CreatedSlot> CreateMissingSlot(slot::ReplicationConnection& conn,
         created.status().message() + ")");
   }
   return created;
+}
+
+Status Relay::Session::StartExactlyOnce() {
+  constexpr std::chrono::seconds kKafkaTimeout{30};
+  WALRELAY_ASSIGN_OR_RETURN(slot::SystemIdentity system, conn_->IdentifySystem());
+  const StreamIdentity stream{system.system_id, system.dbname, config_.slot};
+  const std::string id = config_.kafka_transactional_id.empty() ? stream.TransactionalId()
+                                                                : config_.kafka_transactional_id;
+  kafka::ProducerOptions options = relay_.ProducerOptions();
+  const auto properties = options.properties;
+  options.transactional_id = id;
+  // The idempotent producer served a recovery's republishing, if any (acknowledged by now).
+  sink_.reset();
+  WALRELAY_ASSIGN_OR_RETURN(sink_, KafkaSink::Create(std::move(options)));
+  // Fences any earlier producer of the stream and ends what it left open, before the
+  // checkpoint is read (an open transaction would hold the reader back).
+  WALRELAY_RETURN_IF_ERROR(sink_->producer().InitTransactions(kKafkaTimeout));
+  auto value = kafka::LatestCommittedValue(properties, config_.checkpoint_topic, stream.Key(),
+                                           kKafkaTimeout);
+  if (!value.ok() && value.status().code() == StatusCode::kNotFound) {
+    return FailedPreconditionError(
+        "exactly-once: the checkpoint topic " + config_.checkpoint_topic +
+        " does not exist; nothing was published. Create it (one partition, compacted), e.g. "
+        "kafka-topics.sh --create --topic " + config_.checkpoint_topic +
+        " --partitions 1 --replication-factor 3 --config cleanup.policy=compact "
+        "--config min.insync.replicas=2");
+  }
+  if (!value.ok()) return value.status().WithContext("exactly-once: reading the checkpoint");
+  std::optional<Checkpoint> checkpoint;
+  if (value->has_value()) {
+    checkpoint = ParseCheckpoint(**value);
+    if (!checkpoint) {
+      return FailedPreconditionError(
+          "exactly-once: the checkpoint of stream " + stream.Key() + " in topic " +
+          config_.checkpoint_topic + " is not one walrelay wrote ('" + **value +
+          "'); nothing was published. Something else writes that key: use another "
+          "checkpoint topic");
+    }
+  }
+  WALRELAY_ASSIGN_OR_RETURN(Lsn wal_end, admin_->CurrentWalLsn());
+  exactly_once_ = std::make_unique<Pipeline::Options::ExactlyOnce>();
+  exactly_once_->batcher = TransactionBatcher(config_.kafka_transaction_interval, 100000);
+  exactly_once_->resume = DecideResume(checkpoint, wal_end, config_.checkpoint_topic, stream);
+  if (exactly_once_->resume.kind == ResumeDecision::Kind::kRefuse) {
+    return FailedPreconditionError("exactly-once: " + exactly_once_->resume.message);
+  }
+  exactly_once_->checkpoint_topic = config_.checkpoint_topic;
+  exactly_once_->checkpoint_key = stream.Key();
+  spdlog::info("exactly-once: transactional.id {}, checkpoint {} in {}: {}", id, stream.Key(),
+               config_.checkpoint_topic,
+               checkpoint ? "source transactions through " + checkpoint->commit_lsn.ToString() +
+                                " are in Kafka and are skipped"
+                          : std::string("none yet"));
+  return Status::Ok();
 }
 
 void Relay::Session::StandBy(int pid) {
@@ -205,6 +261,10 @@ Status Relay::Session::Start() {
   recorder_ = std::make_unique<DeliveredRecorder>(*progress_, config_.slot,
                                                   std::move(standby_slots), delivered);
   pipeline_options.record_confirmable = [this](Lsn lsn) { return recorder_->Record(lsn); };
+  if (config_.exactly_once) {
+    WALRELAY_RETURN_IF_ERROR(StartExactlyOnce());
+    pipeline_options.exactly_once = exactly_once_.get();
+  }
   pipeline_ = std::make_unique<Pipeline>(config_, stats_, *conn_, *sink_, *dead_letters_,
                                          std::move(pipeline_options));
 

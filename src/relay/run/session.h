@@ -45,6 +45,9 @@ class Relay::Session {
   // Who that process is, for the log: SlotAdmin::DescribeBackend ("pid 1234, application
   // 'walrelay' from 10.0.0.5:51234, connected ..."), or just the pid when it cannot be read.
   const std::string& standby_holder() const { return standby_holder_; }
+  // Exactly-once mode: a newer producer of the stream's transactional.id fenced this
+  // session's (a relay that took over); it stands down instead of retrying.
+  bool fenced() const { return sink_ != nullptr && sink_->Fenced(); }
   // The batch limit under which the broker refused a batch of several records, or 0.
   int64_t refused_batch_limit() const {
     return sink_ ? sink_->producer().refused_batch_limit() : 0;
@@ -96,6 +99,10 @@ class Relay::Session {
   std::chrono::milliseconds candidate_interval_{1000};  // the status interval
   std::optional<int> standby_for_;
   std::string standby_holder_;
+  // Exactly-once mode: the transactional producer replaces sink_, and what the pipeline
+  // needs (checkpoint, batcher) is set up (config.exactly_once).
+  Status StartExactlyOnce();
+  std::unique_ptr<Pipeline::Options::ExactlyOnce> exactly_once_;
   void StandBy(int pid);  // sets standby_for_ and standby_holder_
 };
 
