@@ -591,8 +591,8 @@ namespace {
 
 // Exactly-once mode's producer (issue 43): transactions on librdkafka's mock cluster, which
 // takes the protocol's requests but does not fence an older producer of the same
-// transactional.id nor hide aborted records from read_committed readers (librdkafka
-// 2.0.2): fencing and visibility are Apache Kafka's to show
+// transactional.id (librdkafka 2.0.2, observed): fencing, and what read_committed readers
+// see of aborted transactions, are shown on Apache Kafka
 // (ApacheKafkaTest.TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIsFenced).
 class TransactionalProducerTest : public ProducerTest {
  protected:

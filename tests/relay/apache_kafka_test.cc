@@ -552,7 +552,7 @@ TEST_F(ApacheKafkaTest, JavaConsumerReadsTheRecordsTheContractStates) {
 // transactional_id) against real brokers: a read_committed reader sees a committed
 // transaction whole and nothing of an aborted one; a producer that a newer one of the same
 // transactional.id fenced (a relay that took over) can commit nothing, and what it had
-// sent in its open transaction is never seen. librdkafka's mock cluster shows none of this.
+// sent in its open transaction is never seen. librdkafka's mock cluster does not fence.
 TEST_F(ApacheKafkaTest, TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIsFenced) {
   const std::string id = topic_ + "-txn";
   std::map<std::string, Status> reports;  // by value

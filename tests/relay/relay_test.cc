@@ -1005,7 +1005,7 @@ TEST_F(RelayTest, DatabaseCrashRepeatsAtMostWhatWasConfirmedSinceTheSlotWasSaved
 // Issue 43, exactly-once mode (config.exactly_once; no option sets it yet): the crash above,
 // whose replay republished up to 1000 events, republishes none: the replayed source
 // transactions are at or before the checkpoint that was committed with their records. On
-// the dev broker, which takes transactions but does not hide aborted ones from readers:
+// the dev broker (which does not fence; aborted transactions are Apache Kafka's test):
 // nothing was in flight at the crash, so nothing was aborted either.
 TEST_F(RelayTest, ExactlyOnceDatabaseCrashRepeatsNothing) {
   config_.exactly_once = true;
