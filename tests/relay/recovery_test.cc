@@ -26,6 +26,7 @@
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
 #include "tests/support/pg_cluster.h"
+#include "tests/support/wait.h"
 #include "tests/support/tcp_proxy.h"
 
 namespace walrelay::relay {
@@ -395,11 +396,17 @@ TEST_F(RecoveryTest, RedoneRecoveryKeepsItsSlotAndTheTableLessEventsInIt) {
   config_.message_prefix = "walrelay.outbox";
   StartARecoveryThatWaitsForTheBrokers();
   ASSERT_FALSE(HasFatalFailure());
-  // The operator sees the recovery in the metrics too (invariant 12).
-  const std::string metrics = relay_->RenderMetrics();
-  EXPECT_NE(metrics.find("\nwalrelay_recovering 1\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("\nwalrelay_recovery_rows_remaining 300\n"), std::string::npos)
+  // The operator sees the recovery in the metrics too (invariant 12). The rows are counted
+  // under the recovery's snapshot a moment after the slot is made: wait for the count.
+  std::string metrics;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        metrics = relay_->RenderMetrics();
+        return metrics.find("\nwalrelay_recovery_rows_remaining 300\n") != std::string::npos;
+      },
+      10s))
       << metrics;
+  EXPECT_NE(metrics.find("\nwalrelay_recovering 1\n"), std::string::npos) << metrics;
   constexpr int kMessages = 20;
   EmitMessages(kMessages);
   StopRelay();  // mid-backfill: the recovery stays unfinished
