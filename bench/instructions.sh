@@ -29,7 +29,9 @@
 #      (/tmp/walrelay-instructions), CACHE (${XDG_CACHE_HOME:-~/.cache}/walrelay/instructions),
 #      CASES ("null kafka live"; "cpu" too on demand), BENCH_KAFKA (dev or apache),
 #      WALRELAY_PRELOAD (another malloc for the relay of live and cpu, e.g.
-#      /usr/lib/x86_64-linux-gnu/libjemalloc.so.2).
+#      /usr/lib/x86_64-linux-gnu/libjemalloc.so.2), EXACTLY_ONCE=1 (live and cpu with
+#      --kafka-exactly-once true, BENCH_KAFKA=apache only: Kafka transactions, a compacted
+#      checkpoint topic made first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -131,14 +133,22 @@ for c in $CASES; do
       out="$WORK/cg.$slot"
       under=(valgrind --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no -q)
       [[ $c == cpu ]] && under=()
+      eo=()
+      if [[ ${EXACTLY_ONCE:-0} == 1 ]]; then
+        [[ ${BENCH_KAFKA:-dev} == apache ]] || { echo "instructions.sh: EXACTLY_ONCE=1 needs BENCH_KAFKA=apache" >&2; exit 2; }
+        "$ROOT/scripts/kafka.sh" topic --dir "$WORK/kafka" walrelay.checkpoints 1 cleanup.policy=compact
+        eo=(--kafka-exactly-once true)
+      fi
       LD_PRELOAD=${WALRELAY_PRELOAD:-} "${under[@]}" "$WALRELAY" run --source-dsn "$DSN" --source-slot "$slot" --source-create-slot false \
-        --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn \
+        --kafka-bootstrap-servers "$BOOT" --flow-status-interval-ms 100 --ops-log-level warn "${eo[@]}" \
         >"$out.log" 2>&1 &
       RELAY_PID=$!
+      started=$(date +%s.%N)
       until [[ "$(q "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'")" == t ]]; do
         kill -0 "$RELAY_PID" 2>/dev/null || { tail -5 "$out.log" >&2; exit 1; }
-        sleep 0.5
+        sleep 0.1
       done
+      drained=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
       ticks=$(cpu_of "$RELAY_PID")
       # user and system ticks apart (fields 14 and 15 of /proc/PID/stat)
       read -r utime stime < <(sed 's/^.*) //' "/proc/$RELAY_PID/stat" | awk '{ print $12, $13 }')
@@ -148,8 +158,9 @@ for c in $CASES; do
       RELAY_PID=""
       if [[ $c == cpu ]]; then
         us() { awk -v t="$1" -v hz="$CLK_TCK" -v n="$N" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }'; }
-        printf 'CPU per event, live  %s us = user %s + system %s (%d events, whole process, %s broker), peak RSS %d MB (commit %s)\n' \
-          "$(us "$ticks")" "$(us "$utime")" "$(us "$stime")" "$N" "${BENCH_KAFKA:-dev}" \
+        printf 'CPU per event, live  %s us = user %s + system %s (%d events in %s s, start-up included, whole process, %s broker%s), peak RSS %d MB (commit %s)\n' \
+          "$(us "$ticks")" "$(us "$utime")" "$(us "$stime")" "$N" "$drained" "${BENCH_KAFKA:-dev}" \
+          "$([[ ${EXACTLY_ONCE:-0} == 1 ]] && echo ", exactly once")" \
           $((hwm_kb / 1024)) "$COMMIT"
       else
         report live "$(per_event "$(python3 "$ROOT/bench/callgrind_split.py" "$out".[0-9]*)" "" "$N")"

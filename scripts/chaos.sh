@@ -67,6 +67,22 @@
 # metrics and the kill): a loss of another size means the verdict counts something else
 # than the failpoint's loss.
 #
+# CHAOS_EXACTLY_ONCE=1 (with CHAOS_KAFKA=apache) runs both relays in exactly-once mode
+# (--kafka-exactly-once; `walrelay setup` makes the checkpoint topic) and makes the verdict
+# stricter: Kafka read with isolation.level=read_committed must hold 0 duplicates and 0 torn
+# source transactions (committed transactions, by the xid in their position header, of
+# which some events are in Kafka and others not) besides 0 lost, and, as the premise that
+# the kills hit open Kafka transactions, the partitions' logs must hold records that
+# read_committed does not return (aborted transactions). The lost slot is left out of this
+# schedule: lost-slot recovery republishes from the outbox table with the idempotent
+# producer, which repeats (docs/guarantees.md, exactly once). PostgreSQL crashes stay: the
+# slot rewinds, and the checkpoint must skip what it sends again.
+# CHAOS_EXPECT_DUPLICATES=1 is that variant's test of the verdict: the relays run with the
+# test-only failpoint WALRELAY_RELAY_FAILPOINT=ignore_checkpoint (exactly-once sessions
+# publish again what the checkpoint says Kafka has) and status updates 3 s apart, so each
+# take-over sends seconds of published transactions again; the run passes only when the
+# verdict reports duplicates (and nothing lost).
+#
 # Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, CHAOS_RATE, the counts above,
 # CHAOS_WORK (default /tmp/walrelay-chaos), BUILD_ROOT (default build; uses
 # $BUILD_ROOT/main, built when missing), KEEP=1 keeps the work directory.
@@ -85,6 +101,12 @@ if [[ $KAFKA == apache ]]; then
 fi
 SEED=${CHAOS_SEED:-$(date +%s)}
 EXPECT_LOSS=${CHAOS_EXPECT_LOSS:-0}
+EXPECT_DUPS=${CHAOS_EXPECT_DUPLICATES:-0}
+EXACTLY_ONCE=${CHAOS_EXACTLY_ONCE:-$EXPECT_DUPS}
+STATUS_MS=200
+if [[ $EXACTLY_ONCE == 1 && $KAFKA != apache ]]; then
+  echo "chaos.sh: CHAOS_EXACTLY_ONCE needs CHAOS_KAFKA=apache (the dev broker does not fence)" >&2; exit 2
+fi
 RELAY_KILLS=${CHAOS_RELAY_KILLS:-20}
 BROKER_OUTAGES=${CHAOS_BROKER_OUTAGES:-5}
 LONG_OUTAGE_S=${CHAOS_LONG_OUTAGE_S:-35}
@@ -100,6 +122,11 @@ SMALL_TX=0
 if [[ $EXPECT_LOSS == 1 ]]; then
   RELAY_KILLS=${CHAOS_RELAY_KILLS:-3}; BROKER_OUTAGES=3; PG_CRASHES=0; LOST_SLOT=0
   LEDGER_KILLS=0; EVENTS=${CHAOS_EVENTS:-20000}; SMALL_TX=1
+fi
+if [[ $EXACTLY_ONCE == 1 ]]; then LOST_SLOT=0; fi
+if [[ $EXPECT_DUPS == 1 ]]; then
+  RELAY_KILLS=${CHAOS_RELAY_KILLS:-4}; BROKER_OUTAGES=0; PG_CRASHES=0; LEDGER_KILLS=0
+  BROKER_KILLS=0; BROKER_PAUSES=0; ROLLING_RESTARTS=0; EVENTS=${CHAOS_EVENTS:-5000}; STATUS_MS=3000
 fi
 (( RATE >= 2 )) || { echo "chaos.sh: CHAOS_RATE is at least 2 (payments per second)" >&2; exit 2; }
 
@@ -188,6 +215,8 @@ PARTITIONS=$(( SIZED * 3 * 400 / 4000000 + 12 ))
 say "seed $SEED: $EVENTS events at least, writers at $RATE payments/s, $PARTITIONS partitions; schedule (~${EXPECTED_S} s; each fault after its gap in s):"
 for i in "${!SCHEDULE[@]}"; do printf '    %2d. +%ss %s\n' "$((i + 1))" "${GAPS[i]}" "${SCHEDULE[i]}"; done
 [[ $EXPECT_LOSS == 1 ]] && say "CHAOS_EXPECT_LOSS=1: relays confirm before Kafka acknowledges (test failpoint); the verdict must report loss"
+[[ $EXACTLY_ONCE == 1 ]] && say "CHAOS_EXACTLY_ONCE=1: relays in exactly-once mode; the verdict requires 0 duplicates and 0 torn transactions read_committed"
+[[ $EXPECT_DUPS == 1 ]] && say "CHAOS_EXPECT_DUPLICATES=1: relays ignore the checkpoint (test failpoint); the verdict must report duplicates"
 
 # --- PostgreSQL, Kafka, tables --------------------------------------------------------
 pg_start() { eval "$(bash "$ROOT/scripts/pgtmp.sh" start "$WORK/pg" "${PGSETTINGS[@]}")"; }
@@ -212,10 +241,13 @@ fi
 BOOT=$(sed -n 's/^bootstrap=//p' "$WORK/bootstrap")
 [[ -n $BOOT ]] || { cat "$WORK/devbroker.log" "$WORK/kafka-start.log" >&2 2>/dev/null; exit 1; }
 
-"$WALRELAY" setup --create-tables --source-dsn "$DSN" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; exit 1; }
+EO_FLAGS=()
+[[ $EXACTLY_ONCE == 1 ]] && EO_FLAGS=(--kafka-exactly-once true --kafka-bootstrap-servers "$BOOT")
+"$WALRELAY" setup --create-tables --source-dsn "$DSN" "${EO_FLAGS[@]}" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; exit 1; }
 q "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
      event_id uuid NOT NULL UNIQUE, wallet text NOT NULL, amount bigint NOT NULL,
-     seq bigint NOT NULL, tableless boolean NOT NULL);
+     seq bigint NOT NULL, tableless boolean NOT NULL,
+     xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint % 4294967296);
    CREATE TABLE wallet_seq (wallet text PRIMARY KEY, seq bigint NOT NULL);
    INSERT INTO wallet_seq SELECT 'wallet-' || g, 0 FROM generate_series(0, 199) g;
    CREATE TABLE chaos_log (at timestamptz DEFAULT clock_timestamp(), what text)"
@@ -226,8 +258,9 @@ start_relay() {  # name (a|b)
   local port=$(( METRICS_BASE + $([[ $1 == a ]] && echo 0 || echo 1) ))
   local env=()
   [[ $EXPECT_LOSS == 1 ]] && env=(env WALRELAY_RELAY_FAILPOINT=confirm_before_ack)
-  "${env[@]}" "$WALRELAY" run --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOT" \
-    --source-message-prefix walrelay.outbox --flow-status-interval-ms 200 \
+  [[ $EXPECT_DUPS == 1 ]] && env=(env WALRELAY_RELAY_FAILPOINT=ignore_checkpoint)
+  "${env[@]}" "$WALRELAY" run --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOT" "${EO_FLAGS[@]}" \
+    --source-message-prefix walrelay.outbox --flow-status-interval-ms "$STATUS_MS" \
     --flow-standby-interval-ms 200 --flow-reconnect-max-ms 2000 --flow-max-in-flight-events 20000 \
     --ops-metrics-address "127.0.0.1:$port" >>"$WORK/relay-$1.log" 2>&1 &
   RELAY_PID[$1]=$!
@@ -623,14 +656,19 @@ done
 
 # --- the verdict -------------------------------------------------------------------------
 kcat_rc=0
-kcat -C -b "$BOOT" -t outbox.payment -o beginning -e -q -f '%p\t%o\t%k\t%h\t%s\n' >"$WORK/records.tsv" 2>"$WORK/kcat.err" || kcat_rc=$?
+kcat -C -b "$BOOT" -X isolation.level=read_committed -t outbox.payment -o beginning -e -q -f '%p\t%o\t%k\t%h\t%s\n' >"$WORK/records.tsv" 2>"$WORK/kcat.err" || kcat_rc=$?
+# What the partitions' logs hold besides: records of aborted Kafka transactions (exactly-once).
+IN_LOG=$(kcat -C -b "$BOOT" -X isolation.level=read_uncommitted -t outbox.payment -o beginning -e -q -f 'x\n' 2>>"$WORK/kcat.err" | wc -l) || kcat_rc=$?
 awk -F'\t' '{
-  eid = ""; n = split($4, hs, ",");
-  for (i = 1; i <= n; i++) if (hs[i] ~ /^event_id=/) eid = substr(hs[i], 10);
+  eid = ""; xid = ""; n = split($4, hs, ",");
+  for (i = 1; i <= n; i++) {
+    if (hs[i] ~ /^event_id=/) eid = substr(hs[i], 10);
+    if (hs[i] ~ /^walrelay.position=/ && match(hs[i], /xid=[0-9]+/)) xid = substr(hs[i], RSTART + 4, RLENGTH - 4);
+  }
   seq = ""; if (match($5, /"seq": ?[0-9]+/)) { s = substr($5, RSTART, RLENGTH); sub(/.*: ?/, "", s); seq = s }
-  print $1 "\t" $2 "\t" $3 "\t" eid "\t" seq
+  print $1 "\t" $2 "\t" $3 "\t" eid "\t" seq "\t" xid
 }' "$WORK/records.tsv" >"$WORK/records.clean"
-q "CREATE TABLE kafka_records (part int, off bigint, key text, event_id text, seq bigint)"
+q "CREATE TABLE kafka_records (part int, off bigint, key text, event_id text, seq bigint, xid bigint)"
 PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -d "$DSN" \
   -c "\\copy kafka_records FROM '$WORK/records.clean' WITH (FORMAT text, NULL '')"
 # Records without an event id or a seq cannot be judged: counted apart, and they fail the
@@ -645,13 +683,17 @@ VERDICT=$(q "
   twice AS (SELECT count(*) n FROM (SELECT event_id FROM wallet_credit GROUP BY 1 HAVING count(*) > 1) x),
   balance AS (SELECT count(*) n FROM (SELECT wallet, sum(amount) s FROM payments GROUP BY 1) p
               FULL JOIN wallet w ON w.id = p.wallet WHERE w.balance IS DISTINCT FROM p.s),
-  ledger_disorder AS (SELECT count(*) n FROM (SELECT seq < lag(seq) OVER (PARTITION BY wallet ORDER BY applied_order) bad FROM wallet_credit) x WHERE bad)
+  ledger_disorder AS (SELECT count(*) n FROM (SELECT seq < lag(seq) OVER (PARTITION BY wallet ORDER BY applied_order) bad FROM wallet_credit) x WHERE bad),
+  torn AS (SELECT count(*) n FROM (SELECT p.xid, count(*) total, count(f.event_id) seen FROM payments p
+           LEFT JOIN first f ON f.event_id = p.event_id::text GROUP BY p.xid) x WHERE seen > 0 AND seen < total)
   SELECT (SELECT count(*) FROM payments), (SELECT count(*) FROM payments WHERE tableless),
          kafka_lost.n, phantom.n, disorder.n, (SELECT count(*) FROM parsed) - (SELECT count(*) FROM first),
          ledger_lost.n, twice.n, balance.n, ledger_disorder.n,
-         (SELECT count(*) FROM kafka_records) - (SELECT count(*) FROM parsed), (SELECT count(*) FROM kafka_records)
-  FROM kafka_lost, phantom, disorder, ledger_lost, twice, balance, ledger_disorder" | tr '|' ' ')
-read -r TOTAL TABLELESS KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS <<<"$VERDICT"
+         (SELECT count(*) FROM kafka_records) - (SELECT count(*) FROM parsed), (SELECT count(*) FROM kafka_records),
+         torn.n
+  FROM kafka_lost, phantom, disorder, ledger_lost, twice, balance, ledger_disorder, torn" | tr '|' ' ')
+read -r TOTAL TABLELESS KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS TORN <<<"$VERDICT"
+ABORTED=$(( IN_LOG - RECORDS ))
 RECOVERED=$(cat "$WORK"/relay-*.log | grep -c "recovery of slot walrelay done" || true)
 TAKEOVERS=$(grep -c "took over in" "$WORK/faults.log" || true)
 ELAPSED=$(( $(date +%s) - T0 ))
@@ -675,12 +717,13 @@ echo
 echo "chaos verdict (seed $SEED, Kafka: $KAFKA, ${ELAPSED} s, writing $(( WRITE_END - T0 )) s at $RATE payments/s):"
 echo "  $TOTAL payments committed ($TABLELESS table-less), $RECORDS records in Kafka; $TAKEOVERS standby take-overs, $RECOVERED slot recoveries"
 echo "  faults executed/scheduled (evidence in $WORK/faults.log):${FAULTS_LINE%,}; $NOT_EXECUTED not executed; $UNEXPECTED unexpected exits of a relay or ledger"
-echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates, $UNPARSABLE unparsable records"
+echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates, $UNPARSABLE unparsable records (read_committed)"
+[[ $EXACTLY_ONCE == 1 ]] && echo "  exactly-once: $DUPS duplicates, $TORN torn source transactions; $ABORTED records of aborted Kafka transactions in the partitions' logs (never read by read_committed)"
 echo "  ledger: $LLOST lost, $TWICE applied twice, $BALANCE wallet balances off, $LDISORDER applied out of order"
 FAILED=0
 WHY=()
 int() { [[ $1 =~ ^[0-9]+$ ]]; }
-for v in TOTAL KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS; do
+for v in TOTAL KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS TORN; do
   int "${!v}" || { FAILED=1; WHY+=("the verdict query gave no number for $v ('${!v}')"); }
 done
 (( kcat_rc == 0 )) || { FAILED=1; WHY+=("kcat failed ($kcat_rc): $(tail -c 300 "$WORK/kcat.err")"); }
@@ -714,6 +757,22 @@ if [[ $EXPECT_LOSS == 1 ]]; then
   echo "  FAIL (logs kept in $WORK)"
   KEEP=1
   exit 1
+fi
+if [[ $EXPECT_DUPS == 1 ]]; then
+  for v in "$KLOST" "$PHANTOM" "$DISORDER" "$LLOST" "$TWICE" "$BALANCE" "$LDISORDER"; do [[ $v == 0 ]] || FAILED=1; done
+  if (( FAILED == 0 )) && int "$DUPS" && (( DUPS > 0 )); then
+    echo "  EXPECTED: with ignore_checkpoint the exactly-once verdict reports $DUPS duplicates (and nothing lost): it can fail"
+    exit 0
+  fi
+  (( FAILED == 1 )) || WHY+=("no duplicates although the relays ignored the checkpoint: the exactly-once verdict cannot see repeats")
+  printf '  UNEXPECTED: %s\n' "${WHY[@]}"
+  echo "  FAIL (logs kept in $WORK)"
+  KEEP=1
+  exit 1
+fi
+if [[ $EXACTLY_ONCE == 1 ]]; then
+  [[ $DUPS == 0 && $TORN == 0 ]] || FAILED=1
+  (( ABORTED > 0 )) || { FAILED=1; WHY+=("premise: no record of an aborted Kafka transaction in the logs: no kill hit an open transaction"); }
 fi
 for v in "$KLOST" "$PHANTOM" "$DISORDER" "$LLOST" "$TWICE" "$BALANCE" "$LDISORDER"; do [[ $v == 0 ]] || FAILED=1; done
 if [[ $FAILED == 0 ]]; then echo "  PASS"; exit 0; fi

@@ -6,6 +6,11 @@
 #                                               (scripts/kafka.sh; Java and Maven, Kafka's jars
 #                                               from Maven Central on first use), killing one
 #                                               broker mid-stream too
+#   bash scripts/quickstart.sh --kafka apache --exactly-once
+#                                               the relay in exactly-once mode (Kafka
+#                                               transactions and a checkpoint topic): the
+#                                               verdict also counts the duplicates in Kafka
+#                                               (read_committed), which must be 0
 #
 # It installs what is missing (Debian 12), builds, and starts:
 #   - a throwaway PostgreSQL 15 (wal_level=logical) holding the billing service's tables
@@ -18,7 +23,8 @@
 # A billing writer commits each payment and its outbox row in ONE transaction. Midway the
 # relay is killed with SIGKILL and restarted, the ledger too, and at the end a second
 # consumer group replays the whole topic into the same ledger (a full redelivery). The
-# verdict is computed from the ledger's tables against the billing tables.
+# verdict is computed from the ledger's tables against the billing tables (and, with
+# --exactly-once, from the topic read back with kcat, isolation.level=read_committed).
 # Environment: EVENTS, WORKDIR (default /tmp/walrelay-quickstart), JOBS (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,14 +34,22 @@ WORKDIR=${WORKDIR:-/tmp/walrelay-quickstart}
 JOBS=${JOBS:-2}
 BUILD=${BUILD_ROOT:-build}/main
 KAFKA=dev
+EXACTLY_ONCE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kafka) KAFKA=${2:-}; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --exactly-once) EXACTLY_ONCE=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
 case "$KAFKA" in dev|apache) ;; *) echo "quickstart.sh: --kafka dev or apache" >&2; exit 2 ;; esac
+if [ "$EXACTLY_ONCE" = 1 ] && [ "$KAFKA" != apache ]; then
+  echo "quickstart.sh: --exactly-once needs --kafka apache (the development Kafka, librdkafka's mock cluster, does not fence stale producers)" >&2
+  exit 2
+fi
+EO_FLAGS=()
+[ "$EXACTLY_ONCE" = 1 ] && EO_FLAGS=(--kafka-exactly-once true)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -88,7 +102,11 @@ echo "    postgres: $DSN"
 echo "    kafka:    $BOOTSTRAP"
 
 say "4/7 walrelay setup, and the billing service's own table"
-"$WALRELAY" setup --create-tables --source-dsn "$DSN"
+if [ "$EXACTLY_ONCE" = 1 ]; then  # setup also makes the checkpoint topic
+  "$WALRELAY" setup --create-tables --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOTSTRAP" "${EO_FLAGS[@]}"
+else
+  "$WALRELAY" setup --create-tables --source-dsn "$DSN"
+fi
 psql -q -v ON_ERROR_STOP=1 -c "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   event_id uuid NOT NULL DEFAULT gen_random_uuid(), wallet text NOT NULL, amount bigint NOT NULL,
   seq bigint NOT NULL)"
@@ -97,7 +115,7 @@ RELAY_PID=""
 LEDGER_PID=""
 start_relay() {
   "$WALRELAY" run --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOTSTRAP" \
-    --flow-status-interval-ms 200 --flow-heartbeat-interval-ms 1000 \
+    --flow-status-interval-ms 200 --flow-heartbeat-interval-ms 1000 "${EO_FLAGS[@]}" \
     --ops-metrics-address "127.0.0.1:$METRICS_PORT" >>"$WORKDIR/relay.log" 2>&1 &
   RELAY_PID=$!
   PIDS+=($RELAY_PID)
@@ -226,9 +244,19 @@ ORDER=$([ "$DISORDER" = 0 ] && echo "order per wallet kept" || echo "order per w
 echo
 echo "    $TOTAL events: $LOST lost, $TWICE applied twice, $ORDER; $BAD_BALANCE wallet balances off;"
 echo "    duplicates delivered and absorbed by the inbox: at least ${DUPS} (the full redelivery, plus crash replays seen by the last ledger instance)"
+KAFKA_DUPS=0
+if [ "$EXACTLY_ONCE" = 1 ]; then
+  kcat -C -b "$BOOTSTRAP" -X isolation.level=read_committed -t outbox.payment -o beginning -e -q \
+    -f '%h\n' >"$WORKDIR/records.headers"
+  RECORDS=$(wc -l <"$WORKDIR/records.headers")
+  DISTINCT=$(grep -o 'event_id=[^,]*' "$WORKDIR/records.headers" | sort -u | wc -l)
+  KAFKA_DUPS=$(( RECORDS - DISTINCT ))
+  ABORTED=$(( $(kcat -C -b "$BOOTSTRAP" -X isolation.level=read_uncommitted -t outbox.payment -o beginning -e -q -f 'x\n' | wc -l) - RECORDS ))
+  echo "    Kafka, read_committed: $RECORDS records of $DISTINCT events: $KAFKA_DUPS duplicates in Kafka (exactly-once mode; $ABORTED records of aborted transactions, left by the crashes, are in the log and never read)"
+fi
 if [ "$KAFKA" = apache ]; then
   echo "    logs: $WORKDIR/{relay,ledger-*}.log, $WORKDIR/kafka/*/server.log"
 else
   echo "    logs: $WORKDIR/{relay,devbroker,ledger-*}.log"
 fi
-[ "$LOST" = 0 ] && [ "$TWICE" = 0 ] && [ "$BAD_BALANCE" = 0 ] && [ "$DISORDER" = 0 ]
+[ "$LOST" = 0 ] && [ "$TWICE" = 0 ] && [ "$BAD_BALANCE" = 0 ] && [ "$DISORDER" = 0 ] && [ "$KAFKA_DUPS" = 0 ]

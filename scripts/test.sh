@@ -6,9 +6,10 @@
 #                            tests only a real cluster can run against Apache Kafka from
 #                            scripts/kafka.sh, resolved from Maven Central once), the unit
 #                            tests again under ASan+UBSan, bounded libFuzzer runs of both decoders,
-#                            the chaos run (scripts/chaos.sh, 30,000 events, on the dev broker and
-#                            on Apache Kafka) and its check that it
-#                            reports loss when the relay confirms before acks, the Debian
+#                            the chaos run (scripts/chaos.sh, 30,000 events, on the dev broker and,
+#                            in exactly-once mode, on Apache Kafka) and its checks that it
+#                            reports loss when the relay confirms before acks and duplicates
+#                            when an exactly-once relay ignores its checkpoint, the Debian
 #                            packages built, installed, checked and purged (as root:
 #                            scripts/package-check.sh), the replication tests on PostgreSQL 14
 #                            and 18 (scripts/test-postgres-versions.sh), a PostgreSQL failover
@@ -106,9 +107,15 @@ BUILD_ROOT="$BUILD_ROOT" CHAOS_EVENTS=${CHAOS_EVENTS:-30000} CHAOS_SEED=${CHAOS_
   CHAOS_WORK=/tmp/walrelay-chaos-ci bash scripts/chaos.sh
 
 if [ "$WALRELAY_TEST_KAFKA" = apache ]; then
-  step "chaos run on Apache Kafka (scripts/chaos.sh CHAOS_KAFKA=apache: the same faults plus broker kills, a paused broker, a rolling restart)"
-  BUILD_ROOT="$BUILD_ROOT" CHAOS_KAFKA=apache CHAOS_EVENTS=${CHAOS_EVENTS:-30000} \
+  # In exactly-once mode: the same faults but the lost slot (its recovery repeats by
+  # design), plus broker kills, a paused broker, a rolling restart; the verdict reads
+  # read_committed and requires 0 duplicates and 0 torn transactions besides 0 lost.
+  step "chaos run on Apache Kafka, exactly once (scripts/chaos.sh CHAOS_KAFKA=apache CHAOS_EXACTLY_ONCE=1)"
+  BUILD_ROOT="$BUILD_ROOT" CHAOS_KAFKA=apache CHAOS_EXACTLY_ONCE=1 CHAOS_EVENTS=${CHAOS_EVENTS:-30000} \
     CHAOS_SEED=${CHAOS_SEED:-20261205} CHAOS_WORK=/tmp/walrelay-chaos-ci-apache bash scripts/chaos.sh
+  step "exactly-once chaos run must see the failpoint's duplicates (the test-only ignore_checkpoint failpoint)"
+  BUILD_ROOT="$BUILD_ROOT" CHAOS_KAFKA=apache CHAOS_EXPECT_DUPLICATES=1 \
+    CHAOS_SEED=${CHAOS_SEED:-20261205} CHAOS_WORK=/tmp/walrelay-chaos-ci-dups bash scripts/chaos.sh
 fi
 
 step "chaos run must see the failpoint's loss (the test-only confirm_before_ack failpoint)"

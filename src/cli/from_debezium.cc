@@ -443,6 +443,26 @@ Result<DebeziumTranslation> TranslateDebeziumConfig(std::string_view text) {
       "# kafka.bootstrap_servers: the Kafka Connect worker's bootstrap.servers (not part of "
       "the connector's configuration)");
 
+  // KIP-618: a connector that requires exactly-once delivery (on a worker with
+  // exactly.once.source.support=enabled) gets walrelay's exactly-once mode, whose Kafka
+  // transactions follow source transactions rather than Connect's poll batches.
+  if (std::string v = use("exactly.once.support"); v == "required") {
+    out.Set("kafka", "exactly_once", "true");
+    out.comments.push_back(
+        "# exactly.once.support=required: kafka.exactly_once = true; run `walrelay setup` "
+        "with this file to create the checkpoint topic, and grant the TransactionalId ACLs "
+        "(docs/operations.md, section 17)");
+  } else if (!v.empty()) {
+    out.comments.push_back("# exactly.once.support=" + v +
+                           ": walrelay's default mode (at least once; set kafka.exactly_once "
+                           "= true for exactly once)");
+  }
+  if (std::string v = use("transaction.boundary"); !v.empty()) {
+    out.comments.push_back("# transaction.boundary=" + v +
+                           ": walrelay's Kafka transactions always hold whole source "
+                           "transactions (kafka.transaction_interval_ms coalesces them)");
+  }
+
   if (std::string v = use("publication.autocreate.mode"); !v.empty()) {
     out.comments.push_back("# publication.autocreate.mode: `walrelay setup` creates the "
                            "publication (source.publication) for source.tables");

@@ -519,6 +519,34 @@ std::vector<OptionSpec> BuildRunOptions() {
                      "they are dead-lettered with the reason. The other topics' events wait "
                      "meanwhile, so keep it short enough for them.",
                      &RelayConfig::kafka_topic_error_timeout));
+  o.push_back(Bool("kafka.exactly_once",
+                   "Exactly once into Kafka (WAL mode): a transactional producer puts whole "
+                   "source transactions, with a checkpoint record of their position, into "
+                   "Kafka transactions; a restarted or take-over relay skips what the "
+                   "checkpoint says Kafka has, and fences the relay it replaces. Consumers "
+                   "read with isolation.level=read_committed to see each event once and no "
+                   "half of a source transaction. Needs the checkpoint topic (`walrelay "
+                   "setup` creates it) and transactional ACLs (docs/guarantees.md, exactly "
+                   "once; docs/operations.md, section 17).",
+                   &RelayConfig::exactly_once));
+  o.push_back(Str("kafka.transactional_id",
+                  "kafka.exactly_once: the producer's transactional.id; empty = derived from the "
+                  "stream (walrelay-<system identifier>-<database>-<slot>, printed at start), so "
+                  "every relay of the slot shares it and a take-over fences the relay it "
+                  "replaces. Set it only to match ACLs: every relay of one slot needs the same.",
+                  &RelayConfig::kafka_transactional_id));
+  o.push_back(Millis("kafka.transaction_interval_ms",
+                     "kafka.exactly_once: how long a Kafka transaction collects source "
+                     "transactions before it commits (at the next source commit). Events become "
+                     "visible to read_committed consumers at the commit, so this adds up to its "
+                     "length to their latency; larger amortises the commit's round trips. A "
+                     "source transaction is never split, whatever its size.",
+                     &RelayConfig::kafka_transaction_interval));
+  o.push_back(Str("kafka.checkpoint_topic",
+                  "kafka.exactly_once: the compacted topic (one partition) where each Kafka "
+                  "transaction records the position of its last source transaction, under the "
+                  "stream's key; read at every start. `walrelay setup` creates it.",
+                  &RelayConfig::checkpoint_topic));
   o.push_back(Int("flow.max_in_flight_events",
                   "Events produced but not yet acked before reading the stream pauses "
                   "(backpressure); also bounds the duplicates a crash can cause.",

@@ -1,9 +1,11 @@
 #include "src/cli/setup.h"
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 
 #include "slot/pg_error.h"
+#include "src/kafka/topic_admin.h"
 #include "slot/server_version.h"
 #include "slot/slot_admin.h"
 #include "src/relay/lifecycle/partitions.h"
@@ -140,6 +142,72 @@ Result<std::vector<std::string>> OutboxLikeTables(PGconn* conn, const std::strin
 
 const char* Outcome(bool existed) { return existed ? "existed" : "created"; }
 
+// Exactly-once mode's checkpoint topic: one partition (its records are a few per second,
+// one key per stream), compacted (a checkpoint is never deleted by age), replicated like
+// the events (3, or every broker of a smaller cluster; min.insync.replicas one less, at
+// least 1). An existing topic is checked as `walrelay run` checks it, not changed.
+Status SetUpCheckpointTopic(const relay::RelayConfig& config) {
+  constexpr std::chrono::seconds kTimeout{30};
+  const std::string& topic = config.checkpoint_topic;
+  if (config.embedded_kafka) {
+    std::cerr << "checkpoint topic " << topic
+              << ": not created (no --kafka-bootstrap-servers; an embedded or dev cluster makes "
+                 "it when first written)\n";
+    return Status::Ok();
+  }
+  kafka::Properties properties{{"bootstrap.servers", config.bootstrap_servers}};
+  for (const auto& [k, v] : config.kafka_properties) properties.emplace_back(k, v);
+  auto existing = kafka::DescribeTopic(properties, topic, kTimeout);
+  if (existing.ok()) {
+    const std::string policy = existing->Config("cleanup.policy");
+    if (existing->configs_known && policy.find("compact") == std::string::npos) {
+      return FailedPreconditionError(
+          "checkpoint topic " + topic + " exists with cleanup.policy=" + policy +
+          ", which deletes checkpoints by age (--kafka-exactly-once needs it compacted; setup "
+          "changes no existing topic). Fix: kafka-configs.sh --alter --entity-type topics "
+          "--entity-name " + topic + " --add-config cleanup.policy=compact");
+    }
+    std::cerr << "checkpoint topic " << topic << ": existed ("
+              << existing->partitions << " partition(s), replication factor "
+              << existing->replication_factor
+              << (existing->configs_known ? ", cleanup.policy=" + policy : std::string())
+              << ")\n";
+    return Status::Ok();
+  }
+  if (existing.status().code() != StatusCode::kNotFound) {
+    return existing.status().WithContext("setup: checkpoint topic " + topic);
+  }
+  kafka::TopicSpec spec;
+  spec.name = topic;
+  spec.partitions = 1;
+  spec.replication_factor = 3;
+  // Metadata of a missing topic still counts the brokers.
+  auto cluster = kafka::DescribeTopic(properties, "__consumer_offsets", kTimeout);
+  if (cluster.ok() && cluster->brokers > 0 && cluster->brokers < 3) {
+    spec.replication_factor = cluster->brokers;
+  }
+  spec.configs = {{"cleanup.policy", "compact"},
+                  {"min.insync.replicas", std::to_string(std::max(1, spec.replication_factor - 1))}};
+  auto created = kafka::CreateTopic(properties, spec, kTimeout);
+  if (!created.ok() && created.status().code() == StatusCode::kFailedPrecondition) {
+    std::cerr << "checkpoint topic " << topic << ": not created: the cluster does not serve "
+              << "CreateTopics (" << created.status().message()
+              << "); a dev broker makes it when first written\n";
+    return Status::Ok();
+  }
+  if (!created.ok()) {
+    return created.status().WithContext(
+        "setup: creating checkpoint topic " + topic +
+        " (or create it yourself: kafka-topics.sh --create --topic " + topic +
+        " --partitions 1 --replication-factor 3 --config cleanup.policy=compact --config "
+        "min.insync.replicas=2)");
+  }
+  std::cerr << "checkpoint topic " << topic << ": " << (*created ? "created" : "existed")
+            << " (1 partition, replication factor " << spec.replication_factor
+            << ", cleanup.policy=compact)\n";
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run,
@@ -150,6 +218,13 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
     const auto statements = SetupStatements(config, create_tables);
     for (const auto& s : statements) std::cout << s << ";\n\n";
     for (const auto& g : grants) std::cout << "-- " << g.why << "\n" << g.GrantTo(relay_role) << ";\n\n";
+    if (config.exactly_once) {
+      std::cout << "-- Kafka, --kafka-exactly-once: the checkpoint topic (replication factor: 3, "
+                   "or the cluster's brokers if fewer)\n-- kafka-topics.sh --create --topic "
+                << config.checkpoint_topic
+                << " --partitions 1 --replication-factor 3 --config cleanup.policy=compact "
+                   "--config min.insync.replicas=2\n";
+    }
     return Status::Ok();
   }
   const slot::ConnInfo conninfo = config.SourceConninfo();
@@ -326,6 +401,7 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   } else {
     std::cerr << "created (" << config.plugin << ")\n";
   }
+  if (config.exactly_once) WALRELAY_RETURN_IF_ERROR(SetUpCheckpointTopic(config));
   std::cerr << (slot_left ? "setup complete but for the slot (above)\n" : "setup complete\n");
   return Status::Ok();
 }

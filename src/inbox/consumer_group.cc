@@ -68,6 +68,11 @@ Status InboxConsumer::Impl::Init() {
       {"group.id", opt_.group_id},
       {"auto.offset.reset", "earliest"},
       {"enable.partition.eof", "false"},
+      // Explicit (it is librdkafka's default too): records of Kafka transactions that were
+      // aborted or are still open are never handed to the handler. A relay in exactly-once
+      // mode leaves aborted transactions behind every crash; read_uncommitted would apply
+      // their records (the inbox would absorb the repeats, not a torn source transaction).
+      {"isolation.level", "read_committed"},
   };
   for (const auto& p : opt_.properties) {
     if ((p.first == "enable.auto.offset.store" && p.second != "false") ||

@@ -8,21 +8,11 @@
 #include <vector>
 
 #include "src/kafka/properties.h"
+#include "src/kafka/topic_admin.h"
 
 namespace walrelay::kafka {
 
 namespace {
-
-// Properties a consumer takes from the relay's cluster configuration: how to reach and
-// authenticate to the brokers, not how to produce.
-bool ForAnyClient(std::string_view name) {
-  for (std::string_view prefix : {"bootstrap.servers", "security.", "sasl.", "ssl.", "socket.",
-                                  "reconnect.", "client.dns.lookup", "broker.address.",
-                                  "client.id", "debug", "metadata.", "topic.metadata."}) {
-    if (name.starts_with(prefix)) return true;
-  }
-  return false;
-}
 
 struct Destroy {
   void operator()(rd_kafka_t* rk) const {

@@ -1,7 +1,6 @@
 // LatestCommittedValue: the value of the newest committed record with a given key in a
 // (compacted) topic, read by a read_committed consumer without a consumer group. Exactly-once
-// mode reads its checkpoint with it at every start (src/relay/core/exactly_once.h; issue 43,
-// work in progress).
+// mode reads its checkpoint with it at every start (src/relay/core/exactly_once.h).
 //
 // Reads every partition of the topic from its start up to its last stable offset (records
 // of transactions still open, or aborted, are never returned: an open one is waited for,

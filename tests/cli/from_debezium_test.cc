@@ -144,6 +144,31 @@ TEST(FromDebeziumTest, TheRestJsonFormIsReadAndSecretsAreNeverCopied) {
   EXPECT_EQ(keys, "value.converter;producer.override.sasl.jaas.config;") << t->toml;
 }
 
+// Issue 43: a connector that requires exactly-once delivery (KIP-618) gets walrelay's
+// exactly-once mode; its transaction boundary is said, not silently dropped.
+TEST(FromDebeziumTest, ExactlyOnceSupportRequiredTurnsOnExactlyOnceMode) {
+  const std::string properties =
+      "connector.class=io.debezium.connector.postgresql.PostgresConnector\n"
+      "database.hostname=db\ndatabase.dbname=orders\ndatabase.user=dbz\n"
+      "exactly.once.support=required\ntransaction.boundary=poll\n";
+  auto t = TranslateDebeziumConfig(properties);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_NE(t->toml.find("\nexactly_once = true"), std::string::npos) << t->toml;
+  EXPECT_NE(t->toml.find("# transaction.boundary=poll: walrelay's Kafka transactions always "
+                         "hold whole source transactions"),
+            std::string::npos)
+      << t->toml;
+  EXPECT_TRUE(t->unmapped.empty()) << t->toml;
+
+  auto requested = TranslateDebeziumConfig(
+      "connector.class=io.debezium.connector.postgresql.PostgresConnector\n"
+      "database.dbname=orders\nexactly.once.support=requested\n");
+  ASSERT_TRUE(requested.ok()) << requested.status().ToString();
+  EXPECT_EQ(requested->toml.find("\nexactly_once = true"), std::string::npos) << requested->toml;
+  EXPECT_NE(requested->toml.find("# exactly.once.support=requested"), std::string::npos)
+      << requested->toml;
+}
+
 TEST(FromDebeziumTest, AStrimziKafkaConnectorIsRead) {
   const std::string yaml = R"(apiVersion: kafka.strimzi.io/v1beta2
 kind: KafkaConnector

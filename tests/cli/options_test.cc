@@ -201,6 +201,75 @@ TEST(OptionsTest, BadValuesSayWhatIsWrong) {
   EXPECT_NE(p.config.status().message().find("--source-dsn"), std::string::npos);
 }
 
+// Issue 43: exactly-once mode's options, from flags, the environment and TOML, and the
+// combinations it refuses, each with what to do.
+TEST(OptionsTest, ExactlyOnceOptionsAndWhatTheyRefuse) {
+  auto args = kMinimal;
+  args.insert(args.end(), {"--kafka-exactly-once", "true", "--kafka-transaction-interval-ms",
+                           "250", "--kafka-checkpoint-topic", "billing.checkpoints"});
+  auto p = Parse(args);
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_TRUE(p.config->exactly_once);
+  EXPECT_EQ(p.config->kafka_transaction_interval, std::chrono::milliseconds(250));
+  EXPECT_EQ(p.config->checkpoint_topic, "billing.checkpoints");
+  EXPECT_EQ(p.config->kafka_transactional_id, "") << "derived from the stream by default";
+
+  const std::string toml = WriteFile(
+      "[kafka]\nexactly_once = true\ntransactional_id = \"walrelay-billing\"\n");
+  p = Parse({"--config", toml, "--source-dsn", "dbname=app", "--kafka-bootstrap-servers", "k:1"});
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_TRUE(p.config->exactly_once);
+  EXPECT_EQ(p.config->kafka_transactional_id, "walrelay-billing");
+  EXPECT_EQ(p.config->checkpoint_topic, "walrelay.checkpoints");
+  EXPECT_EQ(p.config->kafka_transaction_interval, std::chrono::milliseconds(100));
+  std::remove(toml.c_str());
+
+  ::setenv("WALRELAY_KAFKA_EXACTLY_ONCE", "true", 1);
+  p = Parse(kMinimal);
+  ::unsetenv("WALRELAY_KAFKA_EXACTLY_ONCE");
+  ASSERT_TRUE(p.config.ok()) << p.config.status().ToString();
+  EXPECT_TRUE(p.config->exactly_once);
+
+  auto poll = kMinimal;
+  poll.insert(poll.end(), {"--kafka-exactly-once", "true", "--source-mode", "poll"});
+  p = Parse(poll);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("needs --source-mode wal"), std::string::npos)
+      << p.config.status().message();
+
+  auto id_alone = kMinimal;
+  id_alone.insert(id_alone.end(), {"--kafka-transactional-id", "x"});
+  p = Parse(id_alone);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("without --kafka-exactly-once"), std::string::npos)
+      << p.config.status().message();
+
+  auto property = kMinimal;
+  property.insert(property.end(),
+                  {"--kafka-exactly-once", "true", "--kafka-property", "transactional.id=x"});
+  p = Parse(property);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("--kafka-transactional-id instead"),
+            std::string::npos)
+      << p.config.status().message();
+
+  auto interval = kMinimal;
+  interval.insert(interval.end(),
+                  {"--kafka-exactly-once", "true", "--kafka-transaction-interval-ms", "0"});
+  p = Parse(interval);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("expected 1..60000"), std::string::npos)
+      << p.config.status().message();
+
+  auto topic = kMinimal;
+  topic.insert(topic.end(),
+               {"--kafka-exactly-once", "true", "--kafka-checkpoint-topic", "no spaces"});
+  p = Parse(topic);
+  ASSERT_FALSE(p.config.ok());
+  EXPECT_NE(p.config.status().message().find("is not a topic name"), std::string::npos)
+      << p.config.status().message();
+}
+
 // Issue 42 item 7: a topic template with an unknown placeholder or a character Kafka
 // refuses was accepted, and every event was then dead-lettered. It is refused where it is
 // configured (exit 2), naming the placeholder and the ones that exist.

@@ -21,9 +21,12 @@
 
 #include "src/kafka/latest_value.h"
 #include "src/kafka/producer.h"
+#include "src/kafka/topic_admin.h"
 #include "tests/kafka/test_consumer.h"
 #include "tests/relay/relay_fixture.h"
 #include "tests/support/apache_kafka.h"
+#include "tests/support/slot_wait.h"
+#include "tests/support/subprocess.h"
 
 namespace walrelay::relay {
 namespace {
@@ -655,7 +658,7 @@ TEST_F(ApacheKafkaTest, TransactionsAreSeenWholeOnceCommittedAndAStaleProducerIs
             (std::vector<std::string>{"committed-0", "committed-1", "committed-2", "after-0"}));
 }
 
-// Issue 43, exactly-once mode (config.exactly_once; no option sets it yet) on real brokers,
+// Issue 43, exactly-once mode (--kafka-exactly-once) on real brokers,
 // writers running throughout: a partition leader killed and brought back, then the relay's
 // walsender terminated. Status updates every 3 s keep the slot's confirmed position seconds
 // behind the Kafka transactions committed every 100 ms, so the new session is sent again
@@ -665,7 +668,7 @@ TEST_F(ApacheKafkaTest, ExactlyOnceThroughALeaderKillAndASessionRestartRepeatsNo
   config_.exactly_once = true;
   config_.checkpoint_topic = topic_ + "-checkpoints";
   config_.status_interval = 3000ms;
-  ASSERT_TRUE(cluster_->CreateTopic(config_.checkpoint_topic, 1).ok());
+  ASSERT_TRUE(cluster_->CreateTopic(config_.checkpoint_topic, 1, {"cleanup.policy=compact"}).ok());
   StartRelay();
   StartWriter();
   std::this_thread::sleep_for(1500ms);
@@ -691,6 +694,188 @@ TEST_F(ApacheKafkaTest, ExactlyOnceThroughALeaderKillAndASessionRestartRepeatsNo
   EXPECT_GT(relay_->stats().kafka_transactions_committed.load(), 1u);
   const int expected = written_.load();
   ExpectEveryEventInOrder(ReadAll(expected), expected, /*exactly_once=*/true);
+}
+
+
+// Issue 43: the checkpoint topic as `walrelay setup --kafka-exactly-once true` makes it (one
+// partition, compacted, replicated like the events) and finds it the second time; `walrelay
+// run` refuses at start, exit 2 with the fix, a checkpoint topic that is missing or that is
+// not compacted (its checkpoints would be deleted by age).
+TEST_F(ApacheKafkaTest, SetupMakesTheCheckpointTopicAndRunRefusesOneMissingOrNotCompacted) {
+  const std::string checkpoints = topic_ + "-checkpoints";
+  const std::string log = pg_->socket_dir() + "/setup-checkpoint.log";
+  auto run_setup = [&] {
+    auto p = testing::Subprocess::Start(
+        {WALRELAY_BINARY, "setup", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+         cluster_->bootstraps(), "--kafka-exactly-once", "true", "--kafka-checkpoint-topic",
+         checkpoints},
+        log);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? p->Wait(120s).value_or(-1) : -1;
+  };
+  ASSERT_EQ(run_setup(), 0) << testing::ReadFile(log);
+  EXPECT_NE(testing::ReadFile(log).find("checkpoint topic " + checkpoints +
+                                        ": created (1 partition, replication factor 3, "
+                                        "cleanup.policy=compact)"),
+            std::string::npos)
+      << testing::ReadFile(log);
+  auto described = kafka::DescribeTopic({{"bootstrap.servers", cluster_->bootstraps()}},
+                                        checkpoints, 30s);
+  ASSERT_TRUE(described.ok()) << described.status().ToString();
+  ASSERT_TRUE(described->configs_known);
+  EXPECT_EQ(described->partitions, 1);
+  EXPECT_EQ(described->replication_factor, 3);
+  EXPECT_EQ(described->Config("cleanup.policy"), "compact");
+  EXPECT_EQ(described->Config("min.insync.replicas"), "2");
+  ASSERT_EQ(run_setup(), 0) << testing::ReadFile(log);
+  EXPECT_NE(testing::ReadFile(log).find("checkpoint topic " + checkpoints + ": existed"),
+            std::string::npos)
+      << testing::ReadFile(log);
+
+  auto run_refused = [&](const std::string& topic, const std::string& expected) {
+    const std::string run_log = pg_->socket_dir() + "/run-" + topic + ".log";
+    auto p = testing::Subprocess::Start(
+        {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+         cluster_->bootstraps(), "--kafka-exactly-once", "true", "--kafka-checkpoint-topic",
+         topic, "--outbox-topic-template", topic_},
+        run_log);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->Wait(120s), 2) << p->LogTail();
+    EXPECT_NE(testing::ReadFile(run_log).find(expected), std::string::npos) << p->LogTail();
+  };
+  run_refused(topic_ + "-nothing", "does not exist; nothing was published");
+  const std::string deleting = topic_ + "-deleting";
+  ASSERT_TRUE(cluster_->CreateTopic(deleting, 1).ok());
+  run_refused(deleting, "cleanup.policy=delete");
+  run_refused(deleting, "kafka-configs.sh --alter --entity-type topics --entity-name " + deleting +
+                            " --add-config cleanup.policy=compact");
+}
+
+// Issue 43, the zombie: the streaming relay (a process, exactly-once mode, writers running)
+// is paused with SIGSTOP while its Kafka transaction is open, and its database sessions are
+// terminated, as a network partition or an operator would (the slot and its lock are
+// released). The standby takes over, and its producer's init fences the paused one. Resumed,
+// the paused relay's next commit is refused: it logs that it was fenced, says so in
+// /readyz and its metrics, and stands by. A read_committed reader sees every event exactly
+// once, in commit order per aggregate: nothing of the zombie's open transaction, nothing
+// twice.
+TEST_F(ApacheKafkaTest, ExactlyOnceZombieIsFencedAndPublishesNothing) {
+  const std::string checkpoints = topic_ + "-checkpoints";
+  ASSERT_TRUE(cluster_->CreateTopic(checkpoints, 1, {"cleanup.policy=compact"}).ok());
+  ASSERT_TRUE(pg_->Exec("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')").ok());
+  auto relay = [&](const std::string& name, int port) {
+    return testing::Subprocess::Start(
+        {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+         cluster_->bootstraps(), "--kafka-exactly-once", "true", "--kafka-checkpoint-topic",
+         checkpoints, "--outbox-topic-template", topic_, "--flow-status-interval-ms", "100",
+         // Transactions of 3 s with a record every 10 ms: the pause lands in an open one.
+         "--kafka-transaction-interval-ms", "3000",
+         "--flow-standby-interval-ms", "200", "--flow-reconnect-max-ms", "500",
+         "--ops-metrics-address", "127.0.0.1:" + std::to_string(port)},
+        pg_->socket_dir() + "/" + name + ".log");
+  };
+  const int port_a = 20000 + ::getpid() % 20000, port_b = port_a + 1;
+  auto a = relay("zombie", port_a);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::string walsender;
+  ASSERT_EQ(testing::WaitForNewWalsender(*pg_, *a, &walsender), "");
+  auto b = relay("standby", port_b);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  bool standing_by = false;
+  for (int i = 0; i < 500 && !standing_by; ++i) {
+    std::this_thread::sleep_for(20ms);
+    standing_by = b->LogTail(40).find("standing by") != std::string::npos;
+  }
+  ASSERT_TRUE(standing_by) << b->LogTail();
+  StartWriter();
+  auto metric = [](int port, const std::string& name) {
+    httplib::Client client("127.0.0.1", port);
+    auto r = client.Get("/metrics");
+    if (!r) return std::string("no answer");
+    std::istringstream lines(r->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(name + " ", 0) == 0) return line.substr(name.size() + 1);
+    }
+    return std::string("absent");
+  };
+  auto committed_some = [&](int port) {
+    for (int i = 0; i < 300; ++i) {
+      const std::string n = metric(port, "walrelay_kafka_transactions_committed_total");
+      if (n != "0" && n != "absent" && n != "no answer") return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(committed_some(port_a)) << a->LogTail();
+  std::this_thread::sleep_for(1s);  // into the next transaction
+
+  a->Signal(SIGSTOP);
+  // Its sessions gone: the walsender (the slot is free), the slot's lock, every other.
+  ASSERT_TRUE(pg_->Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                        "application_name LIKE 'walrelay%' AND pid <> pg_backend_pid()")
+                  .ok());
+  bool took_over = false;
+  for (int i = 0; i < 1500 && !took_over; ++i) {
+    std::this_thread::sleep_for(20ms);
+    took_over = b->LogTail(100).find("took over slot walrelay") != std::string::npos;
+  }
+  ASSERT_TRUE(took_over) << b->LogTail();
+  ASSERT_TRUE(committed_some(port_b)) << b->LogTail();  // the new relay publishes
+
+  a->Signal(SIGCONT);
+  bool fenced = false;
+  for (int i = 0; i < 1500 && !fenced; ++i) {
+    std::this_thread::sleep_for(20ms);
+    fenced = a->LogTail(200).find("was fenced by another relay") != std::string::npos;
+  }
+  ASSERT_TRUE(fenced) << a->LogTail();
+  EXPECT_EQ(metric(port_a, "walrelay_kafka_fenced_total"), "1");
+  EXPECT_EQ(metric(port_a, "walrelay_kafka_fenced"), "1");
+  {
+    httplib::Client client("127.0.0.1", port_a);
+    auto r = client.Get("/readyz");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_NE(r->body.find("fenced"), std::string::npos) << r->body;
+  }
+  EXPECT_TRUE(a->running()) << "the fenced relay stands by, it does not exit: " << a->LogTail();
+
+  std::this_thread::sleep_for(1s);
+  StopWriter();
+  ASSERT_FALSE(writer_failed_.load());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(90s)) << b->LogTail();
+  const int expected = written_.load();
+  ExpectEveryEventInOrder(ReadAll(expected), expected, /*exactly_once=*/true);
+  b->Signal(SIGTERM);
+  EXPECT_EQ(b->Wait(30s), 0) << b->LogTail();
+  a->Signal(SIGTERM);
+  EXPECT_EQ(a->Wait(30s), 0) << a->LogTail();
+}
+
+// Issue 43: a source transaction of 200,000 rows goes out whole, in one Kafka transaction,
+// between smaller ones: a read_committed reader sees each of its events once.
+TEST_F(ApacheKafkaTest, ExactlyOnceLargeSourceTransactionGoesOutWhole) {
+  config_.exactly_once = true;
+  config_.checkpoint_topic = topic_ + "-checkpoints";
+  ASSERT_TRUE(cluster_->CreateTopic(config_.checkpoint_topic, 1, {"cleanup.policy=compact"}).ok());
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'agg-' || (g % 20), 'PaymentCaptured', "
+                        "jsonb_build_object('seq', g) FROM generate_series(1, 10) g")
+                  .ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'agg-' || (g % 20), 'PaymentCaptured', "
+                        "jsonb_build_object('seq', g) FROM generate_series(11, 200010) g")
+                  .ok());
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'payment', 'agg-' || (g % 20), 'PaymentCaptured', "
+                        "jsonb_build_object('seq', g) FROM generate_series(200011, 200020) g")
+                  .ok());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(180s)) << run_status_.ToString();
+  EXPECT_GE(relay_->stats().kafka_transactions_committed.load(), 1u);
+  EXPECT_EQ(relay_->stats().kafka_transactions_aborted.load(), 0u);
+  EXPECT_EQ(relay_->stats().restarts.load(), 0u);
+  ExpectEveryEventInOrder(ReadAll(200020), 200020, /*exactly_once=*/true);
 }
 
 }  // namespace

@@ -1002,7 +1002,7 @@ TEST_F(RelayTest, DatabaseCrashRepeatsAtMostWhatWasConfirmedSinceTheSlotWasSaved
   EXPECT_LE(records - 2000, 1000) << "repeated more than was confirmed since the checkpoint";
 }
 
-// Issue 43, exactly-once mode (config.exactly_once; no option sets it yet): a session that
+// Issue 43, exactly-once mode (config.exactly_once): a session that
 // restarts is sent again what it had published since the slot's last confirmation (status
 // updates every 20 s here, so that is everything), and publishes none of it again: those
 // source transactions are at or before the checkpoint committed with their records. In

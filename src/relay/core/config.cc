@@ -292,6 +292,33 @@ Status RelayConfig::Validate() const {
         "reconnect-max, shutdown timeout, heartbeat interval >= 0, "
         "guard interval >= 100 ms, standby interval >= 10 ms");
   }
+  if (exactly_once) {
+    if (source_mode == SourceMode::kPoll) {
+      return InvalidArgumentError(
+          "--kafka-exactly-once needs --source-mode wal: its checkpoint is a position in the "
+          "WAL (commit LSNs in commit order), which a poller does not have");
+    }
+    if (kafka_transaction_interval.count() < 1 || kafka_transaction_interval.count() > 60000) {
+      return InvalidArgumentError(
+          "--kafka-transaction-interval-ms " + std::to_string(kafka_transaction_interval.count()) +
+          ": expected 1..60000 (events are invisible to read_committed consumers until their "
+          "Kafka transaction commits)");
+    }
+    if (checkpoint_topic.empty() ||
+        !std::all_of(checkpoint_topic.begin(), checkpoint_topic.end(), IsTopicNameChar)) {
+      return InvalidArgumentError("--kafka-checkpoint-topic '" + checkpoint_topic +
+                                  "' is not a topic name (letters, digits, '.', '_', '-')");
+    }
+    if (kafka_properties.contains("transactional.id")) {
+      return InvalidArgumentError(
+          "--kafka-property transactional.id: set --kafka-transactional-id instead (or leave "
+          "it derived from the stream, so that every relay of the slot shares it)");
+    }
+  } else if (!kafka_transactional_id.empty() || kafka_properties.contains("transactional.id")) {
+    return InvalidArgumentError(
+        "a transactional.id without --kafka-exactly-once true: the idempotent mode does not "
+        "use transactions. Add --kafka-exactly-once true, or remove the transactional.id");
+  }
   for (const char* key : {"enable.idempotence", "acks"}) {
     auto it = kafka_properties.find(key);
     if (it == kafka_properties.end()) continue;

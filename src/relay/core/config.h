@@ -220,7 +220,7 @@ struct RelayConfig {
   std::string bootstrap_servers;
   bool embedded_kafka = false;  // start librdkafka's mock cluster in process
   std::map<std::string, std::string> kafka_properties;  // any librdkafka property
-  // Exactly-once mode (issue 43, work in progress: no option sets it yet; tests do).
+  // Exactly-once mode (kafka.exactly_once; docs/guarantees.md, "Exactly once into Kafka").
   // Records go into Kafka transactions of whole source transactions with a checkpoint
   // record each (core/exactly_once.h); WAL mode only.
   bool exactly_once = false;

@@ -1,7 +1,7 @@
-// Exactly-once mode's decisions that need no broker (issue 43, work in progress: the
-// pipeline does not use them yet, and no option turns the mode on).
+// Exactly-once mode's decisions that need no broker (kafka.exactly_once; the pipeline
+// applies them, src/relay/run/session.cc sets the mode up; docs/guarantees.md).
 //
-// The mode, as designed: a transactional producer (kafka::Producer with a transactional_id)
+// The mode: a transactional producer (kafka::Producer with a transactional_id)
 // puts one or more whole source transactions in each Kafka transaction, together with a
 // checkpoint record (the position of the last source transaction it holds) on a compacted
 // checkpoint topic under the stream's key; the slot is confirmed only after the commit. On

@@ -86,6 +86,30 @@ inline constexpr MetricName kPollOldestUnpublished{
 // Histograms (seconds; metrics::DefaultLatencyBuckets()).
 inline constexpr MetricName kProduceLatency{"walrelay_produce_latency_seconds",
                                             "Time from produce() to the Kafka delivery report."};
+// --- exactly-once mode (kafka.exactly_once)
+inline constexpr MetricName kKafkaTransactionsCommitted{
+    "walrelay_kafka_transactions_committed_total",
+    "Exactly-once mode: Kafka transactions committed (each holds whole source transactions "
+    "and a checkpoint record)."};
+inline constexpr MetricName kKafkaTransactionsAborted{
+    "walrelay_kafka_transactions_aborted_total",
+    "Exactly-once mode: Kafka transactions that ended without a commit (a failed commit, or a "
+    "session that ended with one open); nothing of them is visible, the next session reads "
+    "them again."};
+inline constexpr MetricName kKafkaFenced{
+    "walrelay_kafka_fenced_total",
+    "Exactly-once mode: sessions whose producer was fenced by another relay of the same stream "
+    "(a take-over while this one was paused or cut off); it stood by."};
+inline constexpr MetricName kKafkaFencedNow{
+    "walrelay_kafka_fenced",
+    "Exactly-once mode: 1 while this relay stands by because another relay fenced it."};
+inline constexpr MetricName kKafkaTransactionRecords{
+    "walrelay_kafka_transaction_records",
+    "Exactly-once mode: event records per committed Kafka transaction (histogram)."};
+inline constexpr MetricName kKafkaTransactionCommitLatency{
+    "walrelay_kafka_transaction_commit_seconds",
+    "Exactly-once mode: time commit_transaction took (flushing the transaction's records and "
+    "the coordinator's commit), histogram."};
 inline constexpr MetricName kCommitToAckLatency{
     "walrelay_commit_to_ack_latency_seconds",
     "Time from the transaction's commit timestamp to the Kafka ack of its last event."};

@@ -49,31 +49,42 @@ Status NullSink::Flush(std::chrono::milliseconds timeout) {
   return Status::Ok();
 }
 
-bool ConfirmBeforeAckFailpoint() {
+RelayFailpoint ArmedRelayFailpoint() {
   const char* fp = std::getenv("WALRELAY_RELAY_FAILPOINT");
   static std::atomic<bool> said{false};
-  if (fp == nullptr || *fp == '\0') return false;
+  if (fp == nullptr || *fp == '\0') return RelayFailpoint::kNone;
 #ifndef WALRELAY_FAILPOINTS
   if (!said.exchange(true)) {
     spdlog::warn("WALRELAY_RELAY_FAILPOINT is set but ignored: failpoints are compiled only "
                  "into test builds");
   }
-  return false;
+  return RelayFailpoint::kNone;
 #else
-  if (std::string_view(fp) != "confirm_before_ack") {
+  const std::string_view name(fp);
+  if (name == "confirm_before_ack") {
     if (!said.exchange(true)) {
-      spdlog::warn("WALRELAY_RELAY_FAILPOINT={} is not a failpoint (confirm_before_ack): ignored",
-                   fp);
+      spdlog::critical(
+          "TEST FAILPOINT confirm_before_ack armed: the relay confirms positions before Kafka "
+          "acknowledged their events, which LOSES events on a crash (a test of the tests; "
+          "never in production)");
     }
-    return false;
+    return RelayFailpoint::kConfirmBeforeAck;
+  }
+  if (name == "ignore_checkpoint") {
+    if (!said.exchange(true)) {
+      spdlog::critical(
+          "TEST FAILPOINT ignore_checkpoint armed: exactly-once sessions publish again what "
+          "the checkpoint says Kafka has, which DUPLICATES events after a restart (a test of "
+          "the tests; never in production)");
+    }
+    return RelayFailpoint::kIgnoreCheckpoint;
   }
   if (!said.exchange(true)) {
-    spdlog::critical(
-        "TEST FAILPOINT confirm_before_ack armed: the relay confirms positions before Kafka "
-        "acknowledged their events, which LOSES events on a crash (a test of the tests; never "
-        "in production)");
+    spdlog::warn("WALRELAY_RELAY_FAILPOINT={} is not a failpoint (confirm_before_ack, "
+                 "ignore_checkpoint): ignored",
+                 fp);
   }
-  return true;
+  return RelayFailpoint::kNone;
 #endif
 }
 
@@ -140,7 +151,7 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
       next_status_(Clock::now()),
       next_tick_(Clock::now()) {
   if (config_.plugin == "wal2json") wal2json_ = std::make_unique<wal2json::Wal2JsonDecoder>();
-  confirm_before_ack_ = ConfirmBeforeAckFailpoint();
+  confirm_before_ack_ = ArmedRelayFailpoint() == RelayFailpoint::kConfirmBeforeAck;
   confirm_limit_ = options_.confirm_limit;
   sink_.SetDeliveryHandler(
       [this](uint64_t cookie, const Status& st, size_t bytes,
@@ -149,6 +160,10 @@ Pipeline::Pipeline(const RelayConfig& config, RelayStats& stats, slot::FrameSour
 
 Pipeline::~Pipeline() {
   sink_.SetDeliveryHandler(nullptr);
+  if (kafka_tx_open_) {
+    // Left open: the next session's producer init (the same transactional.id) aborts it.
+    stats_.kafka_transactions_aborted.fetch_add(1, std::memory_order_relaxed);
+  }
   // What this session read and did not confirm is read again by the next one: no age now.
   stats_.oldest_unconfirmed_commit_us.store(0, std::memory_order_relaxed);
   stats_.kafka_waiting_since_us.store(0, std::memory_order_relaxed);
@@ -388,6 +403,7 @@ Status Pipeline::PublishOrDeadLetter(const Status& mapped, std::string_view sour
   if (options_.exactly_once != nullptr && !kafka_tx_open_) {
     WALRELAY_RETURN_IF_ERROR(sink_.BeginTransaction());
     kafka_tx_open_ = true;
+    kafka_tx_began_ = Clock::now();
   }
   const uint64_t token = tracker_.AddEvent(tx_);
   const int64_t timestamp_ms =
@@ -587,12 +603,31 @@ Status Pipeline::CommitKafkaTransaction() {
   WALRELAY_RETURN_IF_ERROR(
       sink_.Produce(eo.checkpoint_topic, eo.checkpoint_key, value, {}, kCheckpointCookie, 0)
           .WithContext("exactly-once checkpoint record"));
+  const uint64_t records = eo.batcher.records();
+  const auto started = Clock::now();
   Status committed = sink_.CommitTransaction(eo.commit_timeout);
   if (!committed.ok()) {
     // Nothing of this Kafka transaction becomes visible (aborted by the broker, or by the
     // next producer of the transactional.id); the next session reads it again.
     eo.batcher.OnKafkaAborted();
     kafka_tx_open_ = false;
+    stats_.kafka_transactions_aborted.fetch_add(1, std::memory_order_relaxed);
+    const auto open_for =
+        std::chrono::duration_cast<milliseconds>(Clock::now() - kafka_tx_began_);
+    if (open_for >= eo.transaction_timeout * 9 / 10) {
+      // The coordinator aborts a transaction open past transaction.timeout.ms: the same
+      // source transactions would fail the same way at every restart.
+      return FailedPreconditionError(fmt::format(
+          "exactly-once: the Kafka transaction through {} ({} records) was open for {} ms, "
+          "longer than transaction.timeout.ms ({} ms), and was aborted; nothing of it is "
+          "visible and nothing past the last commit is confirmed, so the next session sends "
+          "it again and fails the same way until the timeout is raised. Fix: --kafka-property "
+          "transaction.timeout.ms=<more than the time a transaction this size takes> (at most "
+          "the brokers' transaction.max.timeout.ms, 900000 by default), or a smaller "
+          "--kafka-transaction-interval-ms if the interval is what made it long ({})",
+          checkpoint->commit_lsn.ToString(), records, open_for.count(),
+          eo.transaction_timeout.count(), committed.message()));
+    }
     return committed.WithContext("exactly-once: commit of the Kafka transaction through " +
                                  checkpoint->commit_lsn.ToString());
   }
@@ -600,6 +635,10 @@ Status Pipeline::CommitKafkaTransaction() {
   eo.batcher.OnKafkaCommitted();
   kafka_tx_open_ = false;
   stats_.kafka_transactions_committed.fetch_add(1, std::memory_order_relaxed);
+  if (eo.commit_latency != nullptr) {
+    eo.commit_latency->Observe(std::chrono::duration<double>(Clock::now() - started).count());
+  }
+  if (eo.transaction_records != nullptr) eo.transaction_records->Observe(static_cast<double>(records));
   return Status::Ok();
 }
 

@@ -186,12 +186,17 @@ class NullSink : public RecordSink {
   uint64_t records_ = 0, bytes_ = 0;
 };
 
-// Test-only failpoint, compiled in only when the tests are built (CMake
-// WALRELAY_FAILPOINTS): WALRELAY_RELAY_FAILPOINT=confirm_before_ack makes every session
-// confirm the received position instead of the acknowledged one, breaking invariant 1 on
-// purpose, so that the chaos run (scripts/chaos.sh) can show that it detects loss. True
-// when armed; logs once either way.
-bool ConfirmBeforeAckFailpoint();
+// Test-only failpoints, compiled in only when the tests are built (CMake
+// WALRELAY_FAILPOINTS), armed by WALRELAY_RELAY_FAILPOINT; each breaks a guarantee on
+// purpose, so that the chaos run (scripts/chaos.sh) can show that its verdict detects the
+// breach:
+//   confirm_before_ack  every session confirms the received position instead of the
+//                       acknowledged one (invariant 1): loss on a crash
+//   ignore_checkpoint   exactly-once mode: a session publishes what the checkpoint says
+//                       Kafka has (src/relay/run/session.cc): duplicates after a restart
+// The armed one (kNone: none, or not compiled in); logs once either way.
+enum class RelayFailpoint { kNone, kConfirmBeforeAck, kIgnoreCheckpoint };
+RelayFailpoint ArmedRelayFailpoint();
 
 // How long events may wait in flight without any delivery report before the relay says it
 // waits for Kafka (a warning in the log, /readyz not ready, walrelay_kafka_waiting_seconds):
@@ -229,7 +234,7 @@ class Pipeline {
     // recording, the benchmarks). `confirm_limit` is the position recorded before.
     std::function<Result<Lsn>(Lsn)> record_confirmable;
     Lsn confirm_limit;
-    // Exactly-once mode (issue 43, work in progress; core/exactly_once.h): set, records go
+    // Exactly-once mode (kafka.exactly_once; core/exactly_once.h): set, records go
     // into Kafka transactions that hold whole source transactions, each with a checkpoint
     // record; the slot is confirmed no further than what committed; source transactions
     // the checkpoint says Kafka has are skipped. Null: the idempotent mode.
@@ -239,9 +244,17 @@ class Pipeline {
       std::string checkpoint_topic;
       std::string checkpoint_key;
       std::chrono::milliseconds commit_timeout{60000};
+      // The producer's transaction.timeout.ms: a Kafka transaction open longer is aborted
+      // by its coordinator, and its commit fails; the error then says so, with the fix.
+      std::chrono::milliseconds transaction_timeout{60000};
+      metrics::Histogram* transaction_records = nullptr;  // records per committed transaction
+      metrics::Histogram* commit_latency = nullptr;       // commit_transaction's duration
     };
     ExactlyOnce* exactly_once = nullptr;
   };
+
+  // Exactly-once mode: a Kafka transaction is open (records produced, not committed).
+  bool kafka_transaction_open() const { return kafka_tx_open_; }
 
   // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
   // delivery handler and clears it again when destroyed, so a sink that outlives it (and
@@ -322,7 +335,7 @@ class Pipeline {
 
   OutboxMapper mapper_;
   AckTracker tracker_;
-  bool confirm_before_ack_ = false;  // ConfirmBeforeAckFailpoint()
+  bool confirm_before_ack_ = false;  // ArmedRelayFailpoint()
   pgoutput::TransactionAssembler assembler_;
   pgoutput::Message message_;
   std::unique_ptr<wal2json::Wal2JsonDecoder> wal2json_;  // set when the plugin is wal2json
@@ -344,6 +357,7 @@ class Pipeline {
   // Exactly-once mode: a Kafka transaction is open; the source transaction being read is
   // one the checkpoint says Kafka already has (its events are skipped).
   bool kafka_tx_open_ = false;
+  std::chrono::steady_clock::time_point kafka_tx_began_;  // when the open Kafka transaction began
   bool tx_already_published_ = false;
   // Exactly-once mode: commits the open Kafka transaction with its checkpoint record.
   Status CommitKafkaTransaction();

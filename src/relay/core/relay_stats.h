@@ -25,6 +25,14 @@ struct RelayStats {
   // (read again after a restart, not published again), and Kafka transactions committed.
   std::atomic<uint64_t> skipped_already_published{0};
   std::atomic<uint64_t> kafka_transactions_committed{0};
+  // Kafka transactions that ended without a commit (a failed commit, or a session that
+  // ended with one open: the next session's producer init aborts it); none of their records
+  // is visible to read_committed readers, and the next session reads them again.
+  std::atomic<uint64_t> kafka_transactions_aborted{0};
+  // Sessions whose producer was fenced by another relay of the stream, and a gauge: 1 while
+  // this relay stands by because it was fenced (until it streams again).
+  std::atomic<uint64_t> kafka_fenced{0};
+  std::atomic<int> fenced{0};
   std::atomic<uint64_t> skipped_other_tables{0};  // INSERTs into tables that are not outboxes
   std::atomic<uint64_t> bytes_received{0};        // pgoutput payload bytes
   std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted

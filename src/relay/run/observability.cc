@@ -108,6 +108,19 @@ Status Relay::StartObservability() {
     obs_->rows_per_poll = &r.AddHistogram(mn::kPollRows.name, mn::kPollRows.help,
                                           {0, 1, 5, 10, 25, 50, 100, 200, 500, 1000, 10000});
   }
+  if (config_.exactly_once) {
+    counter(mn::kEventsSkipped, stats_.skipped_already_published, {{"kind", "already_published"}});
+    counter(mn::kKafkaTransactionsCommitted, stats_.kafka_transactions_committed);
+    counter(mn::kKafkaTransactionsAborted, stats_.kafka_transactions_aborted);
+    counter(mn::kKafkaFenced, stats_.kafka_fenced);
+    gauge(mn::kKafkaFencedNow, stats_.fenced);
+    obs_->transaction_records =
+        &r.AddHistogram(mn::kKafkaTransactionRecords.name, mn::kKafkaTransactionRecords.help,
+                        {1, 10, 100, 1000, 10000, 100000, 1000000});
+    obs_->transaction_commit_latency =
+        &r.AddHistogram(mn::kKafkaTransactionCommitLatency.name,
+                        mn::kKafkaTransactionCommitLatency.help, metrics::DefaultLatencyBuckets());
+  }
   obs_->commit_to_ack_latency = &r.AddHistogram(
       mn::kCommitToAckLatency.name, mn::kCommitToAckLatency.help, metrics::DefaultLatencyBuckets());
 
@@ -179,6 +192,14 @@ Status Relay::StartObservability() {
                                   ", the log says why)");
         }
         return Status::Ok();
+      }
+      if (stats_.standby.load() != 0 && stats_.fenced.load() != 0) {
+        return UnavailableError(
+            "standby: fenced (exactly-once): another relay of stream " + config_.slot +
+            " initialised its Kafka producer with the same transactional.id (it took the slot "
+            "over while this one was paused or cut off); nothing this relay had not committed "
+            "is visible, nothing past its commits was confirmed. It takes over again when the "
+            "other one stops");
       }
       if (stats_.standby.load() != 0) {
         return UnavailableError("standby: replication slot " + config_.slot +

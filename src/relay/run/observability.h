@@ -22,6 +22,8 @@ struct Relay::Observability {
   metrics::Registry registry;
   metrics::Histogram* produce_latency = nullptr;
   metrics::Histogram* commit_to_ack_latency = nullptr;
+  metrics::Histogram* transaction_records = nullptr;         // exactly-once mode only
+  metrics::Histogram* transaction_commit_latency = nullptr;  // exactly-once mode only
   metrics::Histogram* rows_per_poll = nullptr;  // poll mode only
   std::unique_ptr<SlotGuard> guard;
   std::unique_ptr<OutboxJanitor> janitor;  // null when outbox.retention_ms is 0

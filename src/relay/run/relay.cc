@@ -188,6 +188,10 @@ Status Relay::Run() {
         sco.critical = obs_->guard->options().critical;
         auto report = StartupChecks(config_, sco);
         st = report.status();
+        if (st.ok() && config_.exactly_once) {
+          st = CheckCheckpointTopic(ProducerOptions().properties, config_.checkpoint_topic,
+                                    std::chrono::seconds(30));
+        }
         if (st.ok()) checked = true;
         if (!st.ok() && st.code() != StatusCode::kUnavailable) {
           result = st;  // said once, by the caller (walrelay's "stopped (exit N)" line)
@@ -216,6 +220,8 @@ Status Relay::Run() {
                          st.message());
             standby_for = 0;
             standby_holder = "another relay (it fenced this one's Kafka producer)";
+            stats_.kafka_fenced.fetch_add(1, std::memory_order_relaxed);
+            stats_.fenced.store(1, std::memory_order_relaxed);
           }
           // A session that streamed a while starts the backoff anew; one that fails at once
           // again (e.g. on an event whose topic is being retried) keeps backing off.

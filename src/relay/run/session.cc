@@ -5,6 +5,7 @@
 #include "base/sql.h"
 #include "slot/server_version.h"
 #include "src/kafka/latest_value.h"
+#include "src/relay/run/startup_checks.h"
 #include "src/relay/core/exactly_once.h"
 #include "slot/wire.h"
 #include "src/relay/core/plugin_options.h"
@@ -52,12 +53,7 @@ Status Relay::Session::StartExactlyOnce() {
   auto value = kafka::LatestCommittedValue(properties, config_.checkpoint_topic, stream.Key(),
                                            kKafkaTimeout);
   if (!value.ok() && value.status().code() == StatusCode::kNotFound) {
-    return FailedPreconditionError(
-        "exactly-once: the checkpoint topic " + config_.checkpoint_topic +
-        " does not exist; nothing was published. Create it (one partition, compacted), e.g. "
-        "kafka-topics.sh --create --topic " + config_.checkpoint_topic +
-        " --partitions 1 --replication-factor 3 --config cleanup.policy=compact "
-        "--config min.insync.replicas=2");
+    return FailedPreconditionError(CheckpointTopicMissing(config_.checkpoint_topic));
   }
   if (!value.ok()) return value.status().WithContext("exactly-once: reading the checkpoint");
   std::optional<Checkpoint> checkpoint;
@@ -78,6 +74,15 @@ Status Relay::Session::StartExactlyOnce() {
   if (exactly_once_->resume.kind == ResumeDecision::Kind::kRefuse) {
     return FailedPreconditionError("exactly-once: " + exactly_once_->resume.message);
   }
+  if (ArmedRelayFailpoint() == RelayFailpoint::kIgnoreCheckpoint) {
+    exactly_once_->resume = ResumeDecision{};  // the test failpoint: publish it all again
+  }
+  exactly_once_->transaction_records = relay_.obs_->transaction_records;
+  if (auto t = config_.kafka_properties.find("transaction.timeout.ms");
+      t != config_.kafka_properties.end()) {
+    exactly_once_->transaction_timeout = milliseconds(std::strtoll(t->second.c_str(), nullptr, 10));
+  }
+  exactly_once_->commit_latency = relay_.obs_->transaction_commit_latency;
   exactly_once_->checkpoint_topic = config_.checkpoint_topic;
   exactly_once_->checkpoint_key = stream.Key();
   spdlog::info("exactly-once: transactional.id {}, checkpoint {} in {}: {}", id, stream.Key(),
@@ -86,6 +91,18 @@ Status Relay::Session::StartExactlyOnce() {
                                 " are in Kafka and are skipped"
                           : std::string("none yet"));
   return Status::Ok();
+}
+
+void Relay::Session::AbortOpenKafkaTransaction() {
+  if (!exactly_once_ || !pipeline_ || !pipeline_->kafka_transaction_open() || !sink_) return;
+  Status aborted = sink_->producer().AbortTransaction(std::chrono::seconds(5));
+  if (aborted.ok()) {
+    spdlog::info("exactly-once: aborted the open Kafka transaction; its records are never read, "
+                 "the next session sends its source transactions again");
+  } else if (!sink_->Fenced()) {
+    spdlog::info("exactly-once: the open Kafka transaction could not be aborted now ({}); the "
+                 "next session's producer init aborts it", aborted.message());
+  }
 }
 
 void Relay::Session::StandBy(int pid) {
@@ -288,6 +305,7 @@ Status Relay::Session::Start() {
   // Streaming: the slot is active, which keeps every other relay standing by.
   WALRELAY_RETURN_IF_ERROR(admin_->UnlockSlot(config_.slot));
   stats_.streaming.store(1);
+  stats_.fenced.store(0);
   if (const int was_standby_for = stats_.standby_for.exchange(0); stats_.standby.exchange(0)) {
     spdlog::warn("took over slot {}: the process that read it ({}) stopped; this relay streams "
                  "it now",

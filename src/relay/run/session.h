@@ -55,6 +55,7 @@ class Relay::Session {
   Status Stream() {
     Status st = pipeline_->Run(relay_.stop_);
     if (st.ok()) st = SaveProgress();  // stopped cleanly: record the final progress
+    if (!st.ok()) AbortOpenKafkaTransaction();
     return st;
   }
 
@@ -72,6 +73,10 @@ class Relay::Session {
                       SlotCondition condition, const slot::SlotInfo* existing);
   Status Tick();
   Status Heartbeat();
+  // Exactly-once mode, a session that failed with a Kafka transaction open: abort it now
+  // (the next session's producer init would), so that its records are never read, and so
+  // that a relay resumed after a take-over learns here that it was fenced (fenced()).
+  void AbortOpenKafkaTransaction();
   // Records the newest bound candidate the confirmed position has reached (recovery/backfill.h).
   Status SaveProgress();
   // Takes a bound candidate when events were handled since the last one (or when no bound

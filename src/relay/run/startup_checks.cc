@@ -195,4 +195,49 @@ Result<StartupReport> StartupChecks(const RelayConfig& config, const StartupChec
   return report;
 }
 
+std::string CheckpointTopicMissing(const std::string& topic) {
+  return "exactly-once: the checkpoint topic " + topic +
+         " does not exist; nothing was published. Create it with `walrelay setup` (same "
+         "options), or by hand: kafka-topics.sh --create --topic " + topic +
+         " --partitions 1 --replication-factor 3 --config cleanup.policy=compact "
+         "--config min.insync.replicas=2";
+}
+
+Status CheckCheckpointTopic(const kafka::Properties& properties, const std::string& topic,
+                            std::chrono::milliseconds timeout) {
+  auto described = kafka::DescribeTopic(properties, topic, timeout);
+  if (!described.ok() && described.status().code() == StatusCode::kNotFound) {
+    return FailedPreconditionError(CheckpointTopicMissing(topic));
+  }
+  if (!described.ok() && described.status().code() == StatusCode::kPermissionDenied) {
+    spdlog::warn("exactly-once: cannot check the configs of checkpoint topic {} ({}); grant "
+                 "walrelay's principal DescribeConfigs on it, or make sure it is compacted",
+                 topic, described.status().message());
+    return Status::Ok();
+  }
+  WALRELAY_RETURN_IF_ERROR(described.status().WithContext("exactly-once: checkpoint topic"));
+  if (!described->configs_known) {
+    spdlog::warn("exactly-once: the cluster did not describe the configs of checkpoint topic {} "
+                 "within 5 s (the dev broker never does); it is not checked: make sure it is "
+                 "compacted (cleanup.policy=compact)", topic);
+    return Status::Ok();
+  }
+  const std::string policy = described->Config("cleanup.policy");
+  if (policy.find("compact") == std::string::npos) {
+    return FailedPreconditionError(
+        "exactly-once: checkpoint topic " + topic + " has cleanup.policy=" + policy +
+        ": its checkpoints would be deleted by age, and a relay that then starts republishes "
+        "what the slot had not confirmed (duplicates). Nothing was published. Fix: "
+        "kafka-configs.sh --alter --entity-type topics --entity-name " + topic +
+        " --add-config cleanup.policy=compact");
+  }
+  if (policy.find("delete") != std::string::npos) {
+    spdlog::warn("exactly-once: checkpoint topic {} has cleanup.policy={}: a stream idle for "
+                 "longer than its retention.ms loses its checkpoint; cleanup.policy=compact "
+                 "alone keeps it", topic, policy);
+  }
+  return Status::Ok();
+}
+
+
 }  // namespace walrelay::relay

@@ -5,12 +5,14 @@
 // Thread safety: reentrant; each call opens its own short-lived connections.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "slot/slot_admin.h"
+#include "src/kafka/topic_admin.h"
 #include "src/relay/core/config.h"
 #include "src/relay/core/thresholds.h"
 
@@ -65,5 +67,18 @@ struct StartupReport {
 // `config.source_dsn`. kUnavailable when the server cannot be reached.
 Result<StartupReport> StartupChecks(const RelayConfig& config,
                                     const StartupCheckOptions& options = {});
+
+// Exactly-once mode (config.exactly_once), before the first session and by every session:
+// the checkpoint topic exists (else kFailedPrecondition, with `walrelay setup` and the
+// kafka-topics.sh command as the fix) and is compacted (cleanup.policy without compact:
+// kFailedPrecondition with the kafka-configs.sh fix; its checkpoints would be deleted by
+// age, and the next start would republish what the slot had not confirmed). Configs that
+// cannot be read (the dev broker; no DescribeConfigs ACL) are logged, not refused.
+// kUnavailable when the cluster does not answer. `properties`: the cluster's librdkafka
+// properties.
+Status CheckCheckpointTopic(const kafka::Properties& properties, const std::string& topic,
+                            std::chrono::milliseconds timeout);
+// The refusal for a missing checkpoint topic, with the fix.
+std::string CheckpointTopicMissing(const std::string& topic);
 
 }  // namespace walrelay::relay
