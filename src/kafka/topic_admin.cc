@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "src/kafka/properties.h"
 
@@ -145,7 +146,28 @@ Result<bool> CreateTopic(const Properties& properties, const TopicSpec& spec,
               .WithContext(text != nullptr ? text : "");
   }
   rd_kafka_event_destroy(*ev);
-  return out;
+  if (!out.ok() || !*out) return out;
+  // Created by the controller is not yet known to every broker: a client that asks one
+  // of them at once is told the topic does not exist. Return once the metadata has it.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk.get(), spec.name.c_str(), nullptr);
+    const rd_kafka_metadata_t* metadata = nullptr;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk.get(), 0, rkt, &metadata, 5000);
+    rd_kafka_topic_destroy(rkt);
+    bool known = false;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      known = metadata->topic_cnt == 1 && metadata->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+              metadata->topics[0].partition_cnt == spec.partitions;
+      rd_kafka_metadata_destroy(metadata);
+    }
+    if (known) return true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return UnavailableError(what + ": created, but the cluster's metadata does not list it after " +
+                              std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 Result<TopicDescription> DescribeTopic(const Properties& properties, const std::string& topic,

@@ -37,7 +37,9 @@ struct TopicSpec {
   std::vector<std::pair<std::string, std::string>> configs;
 };
 
-// Creates the topic. true: created; false: it existed already (its configs untouched).
+// Creates the topic. true: created, and returned once the cluster's metadata lists it with
+// its partitions (a client asking any broker finds it); false: it existed already (its
+// configs untouched).
 Result<bool> CreateTopic(const Properties& properties, const TopicSpec& spec,
                          std::chrono::milliseconds timeout);
 

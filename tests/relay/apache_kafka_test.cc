@@ -852,6 +852,55 @@ TEST_F(ApacheKafkaTest, ExactlyOnceZombieIsFencedAndPublishesNothing) {
   EXPECT_EQ(a->Wait(30s), 0) << a->LogTail();
 }
 
+// Issue 43: exactly-once mode through broker faults, writers running throughout: each of
+// the three brokers killed in turn and brought back (so the transaction coordinator of the
+// relay's transactional.id, and the leaders of the checkpoint and event partitions, are
+// each killed once), then two of three down together for 12 s (no transaction can commit
+// with min.insync.replicas=2). Transactions commit again after every fault, and a
+// read_committed reader sees every event exactly once, in commit order per aggregate.
+TEST_F(ApacheKafkaTest, ExactlyOnceThroughEveryBrokerKilledInTurnAndTwoDownRepeatsNothing) {
+  config_.exactly_once = true;
+  config_.checkpoint_topic = topic_ + "-checkpoints";
+  ASSERT_TRUE(cluster_->CreateTopic(config_.checkpoint_topic, 1, {"cleanup.policy=compact"}).ok());
+  StartRelay();
+  StartWriter();
+  auto commits_resume = [&](const char* after) {
+    const uint64_t before = relay_->stats().kafka_transactions_committed.load();
+    for (int i = 0; i < 900; ++i) {
+      if (relay_->stats().kafka_transactions_committed.load() > before + 2) return;
+      std::this_thread::sleep_for(100ms);
+    }
+    ADD_FAILURE() << "no Kafka transaction committed within 90 s after " << after;
+  };
+  commits_resume("the start");
+  for (int broker = 1; broker <= cluster_->brokers(); ++broker) {
+    ASSERT_TRUE(cluster_->KillBroker(broker).ok());
+    std::this_thread::sleep_for(3s);
+    ASSERT_TRUE(cluster_->StartBroker(broker).ok());
+    ASSERT_TRUE(cluster_->WaitFullIsr(topic_, kTopicPartitions, 90s).ok());
+    commits_resume("a broker kill");
+  }
+  ASSERT_TRUE(cluster_->KillBroker(1).ok());
+  ASSERT_TRUE(cluster_->KillBroker(2).ok());
+  std::this_thread::sleep_for(12s);
+  ASSERT_TRUE(cluster_->StartBroker(1).ok());
+  ASSERT_TRUE(cluster_->StartBroker(2).ok());
+  ASSERT_TRUE(cluster_->WaitFullIsr(topic_, kTopicPartitions, 90s).ok());
+  commits_resume("two brokers down");
+  StopWriter();
+  ASSERT_FALSE(writer_failed_.load());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
+  std::printf("exactly once through broker kills: %d events, %llu Kafka transactions committed, "
+              "%llu aborted, %llu session restarts, %llu events skipped as already published\n",
+              written_.load(),
+              static_cast<unsigned long long>(relay_->stats().kafka_transactions_committed.load()),
+              static_cast<unsigned long long>(relay_->stats().kafka_transactions_aborted.load()),
+              static_cast<unsigned long long>(relay_->stats().restarts.load()),
+              static_cast<unsigned long long>(relay_->stats().skipped_already_published.load()));
+  const int expected = written_.load();
+  ExpectEveryEventInOrder(ReadAll(expected), expected, /*exactly_once=*/true);
+}
+
 // Issue 43: a source transaction of 200,000 rows goes out whole, in one Kafka transaction,
 // between smaller ones: a read_committed reader sees each of its events once.
 TEST_F(ApacheKafkaTest, ExactlyOnceLargeSourceTransactionGoesOutWhole) {

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <thread>
+
 #include "base/sql.h"
 #include "slot/pg_error.h"
 #include "slot/replication_connection.h"
@@ -206,6 +208,12 @@ std::string CheckpointTopicMissing(const std::string& topic) {
 Status CheckCheckpointTopic(const kafka::Properties& properties, const std::string& topic,
                             std::chrono::milliseconds timeout) {
   auto described = kafka::DescribeTopic(properties, topic, timeout);
+  // A topic created a moment ago may not be known to the broker asked yet.
+  for (int i = 0; i < 5 && !described.ok() && described.status().code() == StatusCode::kNotFound;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    described = kafka::DescribeTopic(properties, topic, timeout);
+  }
   if (!described.ok() && described.status().code() == StatusCode::kNotFound) {
     return FailedPreconditionError(CheckpointTopicMissing(topic));
   }
