@@ -34,7 +34,11 @@
 # Env: EVENTS (1000000), ROUNDS (3), RATES ("2000 5000"), LAT_SECONDS (20), LAT_WARMUP (10),
 #      SHAPES ("1 100"),
 #      BUILD (build-bench, built when missing), WORK (/tmp/walrelay-vs-debezium), KEEP=1
-#      keeps the cluster's files. Needs Java 17, Maven (scripts/install-deps.sh).
+#      keeps the cluster's files, TOOLS (two of walrelay, walrelay-eo, debezium; default
+#      "walrelay debezium"): walrelay-eo is walrelay with --kafka-exactly-once true (the
+#      reader reads read_committed, librdkafka's default), e.g.
+#      TOOLS="walrelay walrelay-eo" compares the two modes; without debezium no verdict
+#      lines, the TSV is printed. Needs Java 17, Maven (scripts/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,6 +48,8 @@ RATES=${RATES:-2000 5000}
 LAT_SECONDS=${LAT_SECONDS:-20}
 LAT_WARMUP=${LAT_WARMUP:-10}
 SHAPES=${SHAPES:-1 100}
+TOOLS=${TOOLS:-walrelay debezium}
+read -r TOOL_A TOOL_B <<<"$TOOLS"
 BUILD=${BUILD:-build-bench}
 WORK=${WORK:-/tmp/walrelay-vs-debezium}
 PARTITIONS=12
@@ -60,7 +66,7 @@ if [[ ! -x $WALRELAY || ! -x $PROBE ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DWALRELAY_WERROR=ON >/dev/null
   cmake --build "$BUILD_DIR" -j2 --target walrelay e2e_probe
 fi
-bash "$DBZ" fetch
+[[ " $TOOLS " == *" debezium "* ]] && bash "$DBZ" fetch
 
 TOOL_PID=""
 cleanup() {
@@ -88,6 +94,8 @@ psql_ -c "
 BOOTSTRAP=$(bash "$ROOT/scripts/kafka.sh" start --dir "$WORK/kafka" --brokers 3 --owner $$ |
   sed -n 's/^bootstrap=//p')
 log "PostgreSQL $(psql_ -At -c 'SHOW server_version') on port $PGPORT, Kafka $BOOTSTRAP"
+[[ " $TOOLS " == *" walrelay-eo "* ]] &&
+  bash "$ROOT/scripts/kafka.sh" topic --dir "$WORK/kafka" walrelay.checkpoints 1 cleanup.policy=compact
 printf 'measure\tshape\tround\ttool\tevents\tevents_per_s\tcpu_us_per_event\tcpu_s_total\tpeak_rss_mb\tfirst_record_s\tp50_ms\tp99_ms\tp999_ms\n' >"$RESULTS"
 
 topic() { bash "$ROOT/scripts/kafka.sh" topic --dir "$WORK/kafka" "$1" "$PARTITIONS"; }
@@ -114,14 +122,16 @@ peak_rss_mb() { awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 # Starts TOOL on SLOT publishing to TOPIC; sets TOOL_PID (the walrelay process or the JVM).
 start_tool() {  # TOOL SLOT TOPIC RUN_NAME
   local tool=$1 slot=$2 topic=$3 name=$4
-  if [[ $tool == walrelay ]]; then
+  if [[ $tool == walrelay* ]]; then
+    local eo=()
+    [[ $tool == walrelay-eo ]] && eo=(--kafka-exactly-once true)
     local port
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     echo "$port" >"$WORK/$name.port"
     "$WALRELAY" run --source-dsn "$DSN" --outbox-profile debezium --source-slot "$slot" \
       --source-create-slot false --source-publication bench_pub \
       --kafka-bootstrap-servers "$BOOTSTRAP" --outbox-topic-template "$topic" \
-      --outbox-key-format=raw --outbox-value-format=json-string \
+      --outbox-key-format=raw --outbox-value-format=json-string "${eo[@]}" \
       --ops-metrics-address "127.0.0.1:$port" >"$WORK/$name.log" 2>&1 &
     TOOL_PID=$!
   else
@@ -136,7 +146,7 @@ start_tool() {  # TOOL SLOT TOPIC RUN_NAME
 }
 
 stop_tool() {  # TOOL RUN_NAME
-  if [[ $1 == walrelay ]]; then
+  if [[ $1 == walrelay* ]]; then
     kill -TERM "$TOOL_PID"
     wait "$TOOL_PID" 2>/dev/null || true
   else
@@ -149,7 +159,7 @@ stop_tool() {  # TOOL RUN_NAME
 wait_streaming() {  # TOOL SLOT RUN_NAME
   for _ in $(seq 1 1200); do
     if [[ "$(psql_ -At -c "SELECT active FROM pg_replication_slots WHERE slot_name = '$2'")" == t ]]; then
-      [[ $1 != walrelay ]] && return 0
+      [[ $1 != walrelay* ]] && return 0
       curl -fsS "http://127.0.0.1:$(cat "$WORK/$3.port")/readyz" >/dev/null 2>&1 && return 0
     fi
     kill -0 "$TOOL_PID" 2>/dev/null || { log "$1 exited: $(tail -5 "$WORK/$3.log")"; return 1; }
@@ -166,15 +176,15 @@ window_cpu_s() {  # FILE FROM_US TO_US
 }
 
 order() {  # ROUND -> the two tools in this round's order
-  if (($1 % 2 == 1)); then echo "walrelay debezium"; else echo "debezium walrelay"; fi
+  if (($1 % 2 == 1)); then echo "$TOOL_A $TOOL_B"; else echo "$TOOL_B $TOOL_A"; fi
 }
 
 # ------------------------------------------------------------------------- drain
 for shape in $SHAPES; do
   log "drain, $shape-row transactions: one slot per run, then $EVENTS rows"
   for r in $(seq 1 "$ROUNDS"); do
-    for tool in walrelay debezium; do
-      psql_ -At -c "SELECT pg_create_logical_replication_slot('d${shape}_${tool}_$r', 'pgoutput')" >/dev/null
+    for tool in $TOOLS; do
+      psql_ -At -c "SELECT pg_create_logical_replication_slot('d${shape}_${tool//-/_}_$r', 'pgoutput')" >/dev/null
       topic "drain.$shape.$tool.$r"
     done
   done
@@ -199,7 +209,7 @@ for shape in $SHAPES; do
       reader=$!
       for _ in $(seq 1 200); do grep -q ready "$WORK/$name.read" 2>/dev/null && break; sleep 0.05; done
       t0=$(date +%s%6N)
-      start_tool "$tool" "d${shape}_${tool}_$r" "drain.$shape.$tool.$r" "$name"
+      start_tool "$tool" "d${shape}_${tool//-/_}_$r" "drain.$shape.$tool.$r" "$name"
       sample "$TOOL_PID" "$WORK/$name.cpu"
       sampler=$!
       if ! wait "$reader"; then log "$name: the reader timed out: $(cat "$WORK/$name.read")"; fi
@@ -215,7 +225,7 @@ for shape in $SHAPES; do
           printf "%s\t%s\t%s\t%s\t%d\t%.0f\t%.2f\t%s\t%s\t%.2f\t\t\t\n", s, sh, r, t, n, rate,
                  cw * 1e6 / n, ct, rss, (f - t0) / 1e6 }' >>"$RESULTS"
       log "$name: $(tail -1 "$RESULTS" | cut -f5-10 | tr '\t' ' ')"
-      psql_ -At -c "SELECT pg_drop_replication_slot('d${shape}_${tool}_$r')" >/dev/null
+      psql_ -At -c "SELECT pg_drop_replication_slot('d${shape}_${tool//-/_}_$r')" >/dev/null
     done
   done
   psql_ -c "TRUNCATE outbox" -c "CHECKPOINT"
@@ -227,7 +237,7 @@ for rate in $RATES; do
   for r in $(seq 1 "$ROUNDS"); do
     for tool in $(order "$r"); do
       name="latency-$rate-$tool-$r"
-      slot="l${rate}_${tool}_$r"
+      slot="l${rate}_${tool//-/_}_$r"
       psql_ -At -c "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
       topic "latency.$rate.$tool.$r"
       start_tool "$tool" "$slot" "latency.$rate.$tool.$r" "$name"
@@ -243,7 +253,7 @@ for rate in $RATES; do
         --out "$WORK/$name.sent" >"$WORK/$name.write"
       wait "$reader" || log "$name: the reader timed out: $(cat "$WORK/$name.read")"
       # walrelay's own view (commit-to-ack histogram), to hold against the outside one.
-      [[ $tool == walrelay ]] && curl -fsS "http://127.0.0.1:$(cat "$WORK/$name.port")/metrics" \
+      [[ $tool == walrelay* ]] && curl -fsS "http://127.0.0.1:$(cat "$WORK/$name.port")/metrics" \
         >"$WORK/$name.metrics" 2>/dev/null
       rss=$(peak_rss_mb "$TOOL_PID")
       stop_tool "$tool" "$name"
@@ -279,4 +289,8 @@ PY
   done
 done
 
-python3 "$ROOT/bench/vs_debezium_report.py" "$RESULTS" "$WORK/vs_debezium.svg"
+if [[ " $TOOLS " == *" debezium "* ]]; then
+  python3 "$ROOT/bench/vs_debezium_report.py" "$RESULTS" "$WORK/vs_debezium.svg"
+else
+  column -t -s $'\t' "$RESULTS"
+fi
