@@ -77,11 +77,11 @@ Status Relay::Session::StartExactlyOnce() {
   if (ArmedRelayFailpoint() == RelayFailpoint::kIgnoreCheckpoint) {
     exactly_once_->resume = ResumeDecision{};  // the test failpoint: publish it all again
   }
-  exactly_once_->transaction_records = relay_.obs_->transaction_records;
   if (auto t = config_.kafka_properties.find("transaction.timeout.ms");
       t != config_.kafka_properties.end()) {
     exactly_once_->transaction_timeout = milliseconds(std::strtoll(t->second.c_str(), nullptr, 10));
   }
+  exactly_once_->transaction_records = relay_.obs_->transaction_records;
   exactly_once_->commit_latency = relay_.obs_->transaction_commit_latency;
   exactly_once_->checkpoint_topic = config_.checkpoint_topic;
   exactly_once_->checkpoint_key = stream.Key();
