@@ -253,9 +253,12 @@ q "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
    CREATE TABLE chaos_log (at timestamptz DEFAULT clock_timestamp(), what text)"
 
 # --- the processes ---------------------------------------------------------------------
-METRICS_BASE=$(( 20000 + RANDOM % 20000 ))
+# shellcheck source=lib/ports.sh
+source "$ROOT/scripts/lib/ports.sh"
+read -r -a METRICS_PORTS <<<"$(free_ports 2)"  # relay a, relay b: kept across restarts
+metrics_port() { [[ $1 == a ]] && echo "${METRICS_PORTS[0]}" || echo "${METRICS_PORTS[1]}"; }
 start_relay() {  # name (a|b)
-  local port=$(( METRICS_BASE + $([[ $1 == a ]] && echo 0 || echo 1) ))
+  local port; port=$(metrics_port "$1")
   local env=()
   [[ $EXPECT_LOSS == 1 ]] && env=(env WALRELAY_RELAY_FAILPOINT=confirm_before_ack)
   [[ $EXPECT_DUPS == 1 ]] && env=(env WALRELAY_RELAY_FAILPOINT=ignore_checkpoint)
@@ -266,7 +269,7 @@ start_relay() {  # name (a|b)
   RELAY_PID[$1]=$!
 }
 metric() {  # relay name: prints the value of the unlabelled metric, or nothing
-  local port=$(( METRICS_BASE + $([[ $1 == a ]] && echo 0 || echo 1) ))
+  local port; port=$(metrics_port "$1")
   { curl -s --max-time 1 "http://127.0.0.1:$port/metrics" 2>/dev/null || true; } |
     awk -v m="$2" '$1 == m && !seen { print $2; seen = 1 }'
 }

@@ -99,17 +99,8 @@ pid_alive() {
 }
 alive() { local p; p=$(pid_of "$1"); [[ -n "$p" ]] && pid_alive "$p"; }
 
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
+# shellcheck source=lib/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"  # free_ports N
 
 start_node() {
   local n=$1 d

@@ -13,12 +13,21 @@
 # As root, DIR is handed to the `postgres` user (else `nobody`) and the server runs as it;
 # every parent of DIR must be traversable by that user.
 # Usage: eval "$(scripts/pgtmp.sh start /tmp/pg wal_sender_timeout=10s)"
-# Env: WALRELAY_PG_BINDIR (default /usr/lib/postgresql/15/bin).
+# When start fails it prints `false` for that eval, so a caller under `set -e` stops there
+# instead of going on with PGHOST unset.
+# The port is chosen at the first successful start (scripts/lib/ports.sh: below the
+# kernel's ephemeral range) and kept by every later start; a first start whose port was
+# taken in the meantime retries on another one.
+# Env: WALRELAY_PG_BINDIR (default /usr/lib/postgresql/15/bin), WALRELAY_PORT_RANGE.
 set -euo pipefail
 
 BINDIR="${WALRELAY_PG_BINDIR:-/usr/lib/postgresql/15/bin}"
 
-die() { echo "pgtmp.sh: $*" >&2; exit 1; }
+die() {
+  echo "pgtmp.sh: $*" >&2
+  [[ "${cmd:-}" != start ]] || echo false  # for the caller's eval "$(pgtmp.sh start ...)"
+  exit 1
+}
 usage() { sed -n '4,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [[ $# -ge 2 ]] || usage
@@ -51,14 +60,8 @@ print_env() {
   echo "export PGHOST=$DIR PGPORT=$(port) PGUSER=walrelay PGDATABASE=postgres"
 }
 
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$(( 20000 + RANDOM % 40000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  die "no free TCP port found"
-}
+# shellcheck source=lib/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
 
 case "$cmd" in
   start)
@@ -75,12 +78,10 @@ case "$cmd" in
       as_user "$BINDIR/initdb" -D "$DATA" -U walrelay --auth=trust -E UTF8 --locale=C \
         --no-sync --no-instructions >"$DIR/initdb.log" 2>&1 \
         || { tail -n 30 "$DIR/initdb.log" >&2; die "initdb failed (log: $DIR/initdb.log)"; }
-      free_port >"$DIR/port"
       as_user tee -a "$DATA/postgresql.conf" >/dev/null <<CONF
 
-# pgtmp.sh
+# pgtmp.sh (the port is set in pgtmp_extra.conf)
 listen_addresses = '127.0.0.1'
-port = $(port)
 unix_socket_directories = '$DIR'
 wal_level = logical
 max_replication_slots = 20
@@ -92,17 +93,34 @@ log_line_prefix = '%m [%p] '
 include_if_exists = 'pgtmp_extra.conf'
 CONF
     fi
-    extra="# written by pgtmp.sh start"$'\n'
+    settings="# written by pgtmp.sh start"$'\n'
     for kv in "$@"; do
       [[ "$kv" == *=* && "${kv%%=*}" != "" ]] || die "setting '$kv' is not name=value"
       value="${kv#*=}"
-      extra+="${kv%%=*} = '${value//\'/\'\'}'"$'\n'
+      settings+="${kv%%=*} = '${value//\'/\'\'}'"$'\n'
     done
-    printf '%s' "$extra" | as_user tee "$DATA/pgtmp_extra.conf" >/dev/null
-    if ! as_user "$BINDIR/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null 2>&1; then
+    # A port clients already know (DIR/port) is kept; a first start picks one, and picks
+    # again when the server could not bind it (taken between the check and the bind).
+    fixed_port=""; [[ -s "$DIR/port" ]] && fixed_port=$(port)
+    for attempt in 1 2 3 4 5; do
+      p=${fixed_port:-$(free_ports 1)} || die "no free TCP port (scripts/lib/ports.sh)"
+      printf '%sport = %s\n' "$settings" "$p" | as_user tee "$DATA/pgtmp_extra.conf" >/dev/null
+      log_before=$(stat -c %s "$LOG" 2>/dev/null || echo 0)
+      if as_user "$BINDIR/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null 2>&1; then
+        echo "$p" >"$DIR/port"
+        break
+      fi
+      if tail -c +"$((log_before + 1))" "$LOG" 2>/dev/null | grep -q "could not bind"; then
+        if [[ -z "$fixed_port" && $attempt -lt 5 ]]; then
+          echo "pgtmp.sh: port $p was taken before the server bound it; trying another" >&2
+          continue
+        fi
+        [[ -n "$fixed_port" ]] &&
+          die "port $p, which this server's clients know (DIR/port), is taken by another process (find it: ss -ltnp 'sport = :$p'); stop that process, or destroy $DIR to start afresh on a new port (log: $LOG)"
+      fi
       tail -n 30 "$LOG" >&2 || true
       die "server did not start (log: $LOG)"
-    fi
+    done
     print_env
     ;;
   stop)
