@@ -719,8 +719,15 @@ TEST_F(ApacheKafkaTest, SetupMakesTheCheckpointTopicAndRunRefusesOneMissingOrNot
                                         "cleanup.policy=compact)"),
             std::string::npos)
       << testing::ReadFile(log);
+  // setup returns once the broker it asked lists the topic; another broker may take a
+  // moment longer (as `walrelay run`'s start check allows for, 5 s).
   auto described = kafka::DescribeTopic({{"bootstrap.servers", cluster_->bootstraps()}},
                                         checkpoints, 30s);
+  for (int i = 0; i < 50 && described.status().code() == StatusCode::kNotFound; ++i) {
+    std::this_thread::sleep_for(100ms);
+    described = kafka::DescribeTopic({{"bootstrap.servers", cluster_->bootstraps()}},
+                                     checkpoints, 30s);
+  }
   ASSERT_TRUE(described.ok()) << described.status().ToString();
   ASSERT_TRUE(described->configs_known);
   EXPECT_EQ(described->partitions, 1);
