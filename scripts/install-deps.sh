@@ -17,6 +17,7 @@ PACKAGES=(
   prometheus                          # promtool checks docker/alerts.yml in scripts/test.sh
   openjdk-17-jre-headless maven       # Apache Kafka from Maven Central (scripts/kafka.sh)
   valgrind                            # callgrind: bench/instructions.sh (instructions per event)
+  spin                                # model checker of spec/walrelay.pml (spec/check.sh)
 )
 
 missing=()

@@ -15,8 +15,9 @@
 #                            and 18 (scripts/test-postgres-versions.sh), a PostgreSQL failover
 #                            under the relay on 18 and 15 and a standby slot's recovery
 #                            conflict on 18 (scripts/pg-failover-check.sh), a smoke run of every
-#                            benchmark program and of bench/instructions.sh,
-#                            and the threaded tests under ThreadSanitizer.
+#                            benchmark program and of bench/instructions.sh, the model check of
+#                            the delivery protocol (spec/check.sh), and the threaded tests
+#                            under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
 #   scripts/test.sh --suites-on-apache
 #                            the main build, then the relay and inbox integration suites run
@@ -123,6 +124,9 @@ step "chaos run must see the failpoint's loss (the test-only confirm_before_ack 
 # failpoint predicts from them (scripts/chaos.sh, CHAOS_EXPECT_LOSS).
 BUILD_ROOT="$BUILD_ROOT" CHAOS_EXPECT_LOSS=1 CHAOS_SEED=${CHAOS_SEED:-20261204} \
   CHAOS_WORK=/tmp/walrelay-chaos-ci-loss bash scripts/chaos.sh
+
+step "model check (spec/check.sh: the delivery protocol in SPIN, every budget explored whole, every BUG_ variant caught)"
+JOBS=$JOBS bash spec/check.sh
 
 step "alert rules (promtool check rules docker/alerts.yml)"
 promtool check rules docker/alerts.yml
