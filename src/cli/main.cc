@@ -9,6 +9,7 @@
 //   republish         publish outbox rows already in the tables again
 //                     (src/relay/commands/republish.h)
 //   dead-letters      list the dead letters; retry them once their cause is fixed (redrive.h)
+//   audit             reconcile the topics with the outbox tables (src/cli/audit.h)
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration, 3 (run) refused to
 // go on without an operator (cli::ExitCodeFor, src/cli/options.h).
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -30,6 +31,7 @@
 #include "base/suggest.h"
 
 #include "src/cli/from_debezium.h"
+#include "src/cli/audit.h"
 #include "src/cli/lag.h"
 #include "src/cli/log_format.h"
 #include "src/cli/options.h"
@@ -476,6 +478,7 @@ int main(int argc, char** argv) {
   walrelay::cli::LagCommand lag(&app);        // `walrelay lag`: src/cli/lag.h
   walrelay::cli::RecordCommand record(&app);  // `walrelay record`: src/cli/record.h
   walrelay::cli::ReplayCommand replay(&app);  // `walrelay replay`
+  walrelay::cli::AuditCommand audit(&app);    // `walrelay audit`: src/cli/audit.h
 
   try {
     app.parse(argc, argv);
@@ -497,6 +500,7 @@ int main(int argc, char** argv) {
     }
   }
   if (lag.parsed()) return lag.Run();
+  if (audit.parsed()) return audit.Run();
   if (record.parsed()) return record.Run();
   if (replay.parsed()) return replay.Run();
 

@@ -8,6 +8,7 @@
 #   src/relay/core  <-  polling, lifecycle, recovery  <-  commands  <-  run  <-  src/cli
 #   src/outbox: base, slot and the relay core's column defaults (header-only)
 #   src/inbox:  base, slot, src/kafka
+#   src/audit:  base only (an independent witness of the relay)  <-  src/cli
 #
 # Usage: layers_test.sh SOURCE_DIR
 set -euo pipefail
@@ -28,7 +29,8 @@ declare -A allowed=(
   [src/relay/run]="base decoder slot src/kafka src/metrics src/relay/core src/relay/polling src/relay/lifecycle src/relay/recovery src/relay/run"
   [src/outbox]="base slot src/outbox src/relay/core"
   [src/inbox]="base slot src/kafka src/inbox"
-  [src/cli]="base decoder slot src/kafka src/metrics src/relay/core src/relay/polling src/relay/lifecycle src/relay/recovery src/relay/commands src/relay/run src/cli"
+  [src/audit]="base src/audit"
+  [src/cli]="base decoder slot src/kafka src/metrics src/relay/core src/relay/polling src/relay/lifecycle src/relay/recovery src/relay/commands src/relay/run src/audit src/cli"
 )
 
 # The folder a project path belongs to: the longest key of `allowed` that prefixes it.

@@ -1,0 +1,186 @@
+// `walrelay audit` against a relay on the dev broker: clean when everything arrived, and
+// each misbehaviour found with the right event ids (issue 44): a row never published
+// (missing), a record of a row that never committed (phantom), a second copy (duplicated),
+// a first delivery below its key's previous position (out of order).
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <simdjson.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "tests/support/pg_cluster.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_broker.h"
+
+namespace walrelay {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct CommandResult {
+  int code = -1;
+  std::string out;
+};
+
+CommandResult Walrelay(const std::string& args) {
+  CommandResult r;
+  const std::string cmd = std::string(WALRELAY_BINARY) + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Produces one record with the relay's two headers, as something other than the relay.
+void Produce(const std::string& bootstrap, const std::string& topic, const std::string& key,
+             const std::string& event_id, const std::string& position) {
+  char err[256];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof err);
+  rd_kafka_conf_set(conf, "partitioner", "murmur2_random", err, sizeof err);
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  ASSERT_NE(rk, nullptr) << err;
+  rd_kafka_headers_t* h = rd_kafka_headers_new(2);
+  rd_kafka_header_add(h, "event_id", -1, event_id.data(), static_cast<ssize_t>(event_id.size()));
+  rd_kafka_header_add(h, "walrelay.position", -1, position.data(), static_cast<ssize_t>(position.size()));
+  const std::string value = "{}";
+  rd_kafka_resp_err_t e = rd_kafka_producev(
+      rk, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(key.data(), key.size()),
+      RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(h),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+  ASSERT_EQ(e, RD_KAFKA_RESP_ERR_NO_ERROR) << rd_kafka_err2str(e);
+  ASSERT_EQ(rd_kafka_flush(rk, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_destroy(rk);
+}
+
+class AuditTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pg = testing::TestCluster::Start();
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    pg_ = std::move(*pg);
+    auto broker = testing::TestBroker::Create(1);
+    ASSERT_TRUE(broker.ok()) << broker.status().ToString();
+    broker_ = std::move(*broker);
+    ASSERT_TRUE(broker_->CreateTopic("outbox.order", 3).ok());
+    dsn_ = "--source-dsn \"" + pg_->conninfo() + "\"";
+    ASSERT_EQ(Walrelay("setup --create-tables " + dsn_).code, 0);
+  }
+
+  void StartRelay() {
+    auto p = testing::Subprocess::Start(
+        {WALRELAY_BINARY, "run", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+         broker_->bootstraps()},
+        pg_->socket_dir() + "/relay.log");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    relay_.emplace(std::move(*p));
+  }
+  void StopRelay() {
+    relay_->Signal(SIGTERM);
+    ASSERT_EQ(relay_->Wait(30s).value_or(-1), 0);
+    relay_.reset();
+  }
+
+  // The audit's JSON report, parsed; its exit code in *code.
+  simdjson::dom::element Audit(int* code) {
+    CommandResult r = Walrelay("audit " + dsn_ + " --kafka-bootstrap-servers " +
+                               broker_->bootstraps() + " --topic outbox.order --grace 0s --json");
+    *code = r.code;
+    last_json_ = r.out;
+    auto doc = parser_.parse(last_json_);
+    EXPECT_FALSE(doc.error()) << r.out;
+    return doc.value_unsafe();
+  }
+  static std::vector<std::string> Samples(simdjson::dom::element report, const char* finding) {
+    std::vector<std::string> out;
+    for (auto s : report[finding]["samples"].get_array()) out.emplace_back(std::string_view(s.get_string()));
+    return out;
+  }
+  std::string Scalar(const std::string& sql) {
+    auto v = pg_->QueryScalar(sql);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? *v : "?";
+  }
+  std::string InsertRow(const std::string& aggregate) {
+    return Scalar("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES "
+                  "('order', '" + aggregate + "', 'created', '{}') RETURNING event_id");
+  }
+
+  std::unique_ptr<testing::TestCluster> pg_;
+  std::unique_ptr<testing::TestBroker> broker_;
+  std::optional<testing::Subprocess> relay_;
+  std::string dsn_, last_json_;
+  simdjson::dom::parser parser_;
+};
+
+TEST_F(AuditTest, CleanWhenEverythingArrivedThenFindsEachMisbehaviourByEventId) {
+  StartRelay();
+  ASSERT_TRUE(pg_->Exec("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
+                        "SELECT 'order', 'o' || (g % 7), 'created', '{}' FROM generate_series(1, 300) g")
+                  .ok());
+  // Clean once the relay has published everything (the audit itself is the check).
+  int code = -1;
+  simdjson::dom::element report;
+  for (int i = 0; i < 60; ++i) {
+    report = Audit(&code);
+    if (code == 0) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  ASSERT_EQ(code, 0) << last_json_;
+  // The premise: the window held the 300 rows and all 300 records were read.
+  EXPECT_EQ(uint64_t(report["reference_rows"]), 300u);
+  EXPECT_EQ(uint64_t(report["delivered_rows"]), 300u);
+  EXPECT_EQ(uint64_t(report["records_read"]), 300u);
+  EXPECT_EQ(uint64_t(report["missing"]["count"]), 0u);
+  EXPECT_EQ(uint64_t(report["duplicated"]["count"]), 0u);
+  StopRelay();
+
+  // Misbehaviours, each with its own event id. (The phantom's position is above its key's
+  // records, so that it is a phantom only, not also out of order.)
+  const std::string missing = InsertRow("o1");  // committed; no relay publishes it
+  const std::string phantom = "00000000-0000-4000-8000-00000000beef";
+  const std::string now_us = Scalar("SELECT (extract(epoch FROM now()) * 1000000)::bigint");
+  Produce(broker_->bootstraps(), "outbox.order", "o2", phantom,
+          "lsn=FE/10;ordinal=0;xid=1;commit_time_us=" + now_us + ";source=public.outbox");
+  const std::string repeated = Scalar("SELECT event_id FROM outbox WHERE aggregate_id = 'o3' ORDER BY id LIMIT 1");
+  Produce(broker_->bootstraps(), "outbox.order", "o3", repeated,
+          "lsn=0/20;ordinal=0;xid=2;commit_time_us=" + now_us + ";source=public.outbox");
+  // Two rows of a new aggregate delivered in the wrong order: the later one first.
+  const std::string first = InsertRow("oz");
+  const std::string second = InsertRow("oz");
+  Produce(broker_->bootstraps(), "outbox.order", "oz", second,
+          "lsn=FF/200;ordinal=0;xid=4;commit_time_us=" + now_us + ";source=public.outbox");
+  Produce(broker_->bootstraps(), "outbox.order", "oz", first,
+          "lsn=FF/100;ordinal=0;xid=3;commit_time_us=" + now_us + ";source=public.outbox");
+
+  report = Audit(&code);
+  EXPECT_EQ(code, 1) << last_json_;
+  EXPECT_EQ(uint64_t(report["reference_rows"]), 303u);
+  EXPECT_EQ(Samples(report, "missing"), std::vector<std::string>{missing}) << last_json_;
+  EXPECT_EQ(Samples(report, "phantom"), std::vector<std::string>{phantom}) << last_json_;
+  EXPECT_EQ(Samples(report, "duplicated"), std::vector<std::string>{repeated}) << last_json_;
+  EXPECT_EQ(uint64_t(report["duplicate_copies"]), 1u);
+  EXPECT_EQ(Samples(report, "out_of_order"), std::vector<std::string>{first}) << last_json_;
+  // The missing row's transaction delivered nothing: missing, not torn.
+  EXPECT_EQ(uint64_t(report["torn"]["count"]), 0u);
+}
+
+TEST_F(AuditTest, BadOptionsAndAWindowPastTheJanitorsRetentionAreRefused) {
+  CommandResult r = Walrelay("audit " + dsn_ + " --kafka-bootstrap-servers " + broker_->bootstraps() +
+                             " --topic outbox.order --since 2d --janitor-retention 1d");
+  EXPECT_EQ(r.code, 2);
+  r = Walrelay("audit " + dsn_ + " --kafka-bootstrap-servers " + broker_->bootstraps() +
+               " --topic outbox.order --since soon");
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace walrelay
