@@ -24,7 +24,8 @@
 # relay is killed with SIGKILL and restarted, the ledger too, and at the end a second
 # consumer group replays the whole topic into the same ledger (a full redelivery). The
 # verdict is computed from the ledger's tables against the billing tables (and, with
-# --exactly-once, from the topic read back with kcat, isolation.level=read_committed).
+# --exactly-once, from the topic read back with kcat, isolation.level=read_committed); then
+# `walrelay audit` reconciles the topic with the outbox table as a second witness.
 # Environment: EVENTS, WORKDIR (default /tmp/walrelay-quickstart), JOBS (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -254,9 +255,27 @@ if [ "$EXACTLY_ONCE" = 1 ]; then
   ABORTED=$(( $(kcat -C -b "$BOOTSTRAP" -X isolation.level=read_uncommitted -t outbox.payment -o beginning -e -q -f 'x\n' | wc -l) - RECORDS ))
   echo "    Kafka, read_committed: $RECORDS records of $DISTINCT events: $KAFKA_DUPS duplicates in Kafka (exactly-once mode; $ABORTED records of aborted transactions, left by the crashes, are in the log and never read)"
 fi
+# The second witness: walrelay audit reads the topic back and reconciles it with the outbox
+# table, independently of the relay's bookkeeping and of the ledger.
+AUDIT_RC=0
+"$WALRELAY" audit --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOTSTRAP" --topic outbox.payment \
+  --since 1d --grace 0s --json >"$WORKDIR/audit.json" 2>"$WORKDIR/audit.log" || AUDIT_RC=$?
+if [ -s "$WORKDIR/audit.json" ]; then
+  python3 - "$WORKDIR/audit.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = lambda k: r[k]["count"]
+print(f"    walrelay audit (Kafka read back against the outbox table): {r['reference_rows']} rows, "
+      f"{r['delivered_rows']} in Kafka: {c('missing')} missing, {c('phantom')} phantom, "
+      f"{c('out_of_order')} out of order, {c('torn')} torn; {c('duplicated')} events with "
+      f"duplicates in Kafka")
+PY
+else
+  echo "    walrelay audit failed (exit $AUDIT_RC): $(tail -n 3 "$WORKDIR/audit.log")"
+fi
 if [ "$KAFKA" = apache ]; then
   echo "    logs: $WORKDIR/{relay,ledger-*}.log, $WORKDIR/kafka/*/server.log"
 else
   echo "    logs: $WORKDIR/{relay,devbroker,ledger-*}.log"
 fi
-[ "$LOST" = 0 ] && [ "$TWICE" = 0 ] && [ "$BAD_BALANCE" = 0 ] && [ "$DISORDER" = 0 ] && [ "$KAFKA_DUPS" = 0 ]
+[ "$LOST" = 0 ] && [ "$TWICE" = 0 ] && [ "$BAD_BALANCE" = 0 ] && [ "$DISORDER" = 0 ] && [ "$KAFKA_DUPS" = 0 ] && [ "$AUDIT_RC" = 0 ]
