@@ -1,12 +1,67 @@
 #include "src/cli/audit.h"
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "src/audit/audit.h"
+#include "src/metrics/http_server.h"
+#include "src/metrics/registry.h"
 
 namespace walrelay::cli {
+namespace {
+
+std::atomic<bool> g_audit_stop{false};
+extern "C" void OnAuditSignal(int) { g_audit_stop.store(true); }
+
+// The sidecar's gauges: the last completed run's findings.
+struct AuditMetrics {
+  explicit AuditMetrics(metrics::Registry* r)
+      : missing(r->AddGauge("walrelay_audit_missing_events",
+                            "Rows committed in the last audit's window that are neither in Kafka "
+                            "nor dead-lettered (lost, unless the relay is still behind)")),
+        phantom(r->AddGauge("walrelay_audit_phantom_events",
+                            "Records naming an outbox table whose event id no row has")),
+        out_of_order(r->AddGauge("walrelay_audit_out_of_order_events",
+                                 "First deliveries below their key's previous source position")),
+        torn(r->AddGauge("walrelay_audit_torn_transactions",
+                         "Source transactions of the window partly in Kafka")),
+        duplicates(r->AddGauge("walrelay_audit_duplicated_events",
+                               "Events of the window in more than one record")),
+        late(r->AddGauge("walrelay_audit_late_events",
+                         "First deliveries produced more than --late after commit")),
+        rows(r->AddGauge("walrelay_audit_window_rows", "Outbox rows in the last audit's window")),
+        window(r->AddGauge("walrelay_audit_window_seconds",
+                           "Length of the window the last audit covered")),
+        last_run(r->AddGauge("walrelay_audit_last_run_timestamp_seconds",
+                             "When the last audit completed (Unix time)")),
+        runs(r->AddCounter("walrelay_audit_runs_total", "Audits completed")),
+        failures(r->AddCounter("walrelay_audit_failures_total",
+                               "Audits that could not complete (database or Kafka unreachable)")) {}
+  void Record(const audit::AuditReport& report) {
+    missing.Set(static_cast<double>(report.missing.count));
+    phantom.Set(static_cast<double>(report.phantom.count));
+    out_of_order.Set(static_cast<double>(report.out_of_order.count));
+    torn.Set(static_cast<double>(report.torn.count));
+    duplicates.Set(static_cast<double>(report.duplicated.count));
+    late.Set(static_cast<double>(report.late.count));
+    rows.Set(static_cast<double>(report.reference_rows));
+    window.Set(static_cast<double>(report.window_end_us - report.window_start_us) / 1e6);
+    last_run.Set(static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count()));
+    runs.Inc();
+  }
+  metrics::Gauge &missing, &phantom, &out_of_order, &torn, &duplicates, &late, &rows, &window,
+      &last_run;
+  metrics::Counter &runs, &failures;
+};
+
+}  // namespace
 
 long long ParseDurationSeconds(const std::string& text) {
   if (text.empty()) return -1;
@@ -63,6 +118,13 @@ AuditCommand::AuditCommand(CLI::App* parent) {
                  "what consumers of exactly-once mode read)");
   app_->add_option("--samples", samples_, "Event ids shown per finding")->capture_default_str();
   app_->add_flag("--json", json_, "One JSON object instead of the summary");
+  app_->add_option("--every", every_,
+                   "Run as a sidecar: an audit every DURATION (e.g. 10m) until SIGTERM, its "
+                   "findings as walrelay_audit_* gauges on --metrics-address. 0: once")
+      ->capture_default_str();
+  app_->add_option("--metrics-address", metrics_address_,
+                   "host:port of /metrics, /healthz and /readyz in sidecar mode")
+      ->capture_default_str();
 }
 
 bool AuditCommand::parsed() const { return app_->parsed(); }
@@ -110,6 +172,49 @@ int AuditCommand::Run() const {
   o.grace = std::chrono::seconds(durations[1].seconds);
   o.late = std::chrono::seconds(durations[2].seconds);
   o.janitor_retention = std::chrono::seconds(durations[3].seconds);
+  const long long every = ParseDurationSeconds(every_);
+  if (every < 0) {
+    std::cerr << "walrelay audit: --every " << every_ << " is not a duration (e.g. 10m)\n";
+    return kAuditExitUsage;
+  }
+  if (every > 0) {
+    // Sidecar: one audit every `every` seconds, the last one's findings on /metrics.
+    metrics::Registry registry;
+    AuditMetrics m(&registry);
+    std::atomic<bool> last_ok{false};
+    metrics::ServerOptions so;
+    so.address = metrics_address_;
+    so.ready = [&last_ok]() -> Status {
+      return last_ok.load() ? Status::Ok()
+                            : UnavailableError("the last audit did not complete (see the log)");
+    };
+    auto server = metrics::MetricsServer::Start(&registry, so);
+    if (!server.ok()) {
+      std::cerr << "walrelay audit: metrics server: " << server.status().message() << "\n";
+      return kAuditExitUsage;
+    }
+    std::signal(SIGINT, OnAuditSignal);
+    std::signal(SIGTERM, OnAuditSignal);
+    std::cerr << "walrelay audit: an audit every " << every << " s; metrics on http://"
+              << (*server)->host() << ":" << (*server)->port() << "/metrics\n";
+    while (!g_audit_stop.load()) {
+      auto report = audit::RunAudit(o);
+      if (report.ok()) {
+        m.Record(*report);
+        last_ok.store(true);
+        std::cerr << audit::FormatReport(*report, o);
+      } else {
+        m.failures.Inc();
+        last_ok.store(false);
+        std::cerr << "walrelay audit: this run failed (findings not updated; next run in " << every
+                  << " s): " << report.status().message() << "\n";
+      }
+      for (long long i = 0; i < every * 10 && !g_audit_stop.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    return kAuditExitClean;
+  }
   if (!json_) {
     o.progress = [](uint64_t records, size_t done, size_t partitions) {
       std::cerr << "walrelay audit: " << records << " records read, " << done << " of "

@@ -7,8 +7,13 @@
 #include <simdjson.h>
 #include <sys/wait.h>
 
+#include <httplib.h>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -180,6 +185,52 @@ TEST_F(AuditTest, BadOptionsAndAWindowPastTheJanitorsRetentionAreRefused) {
   r = Walrelay("audit " + dsn_ + " --kafka-bootstrap-servers " + broker_->bootstraps() +
                " --topic outbox.order --since soon");
   EXPECT_EQ(r.code, 2);
+}
+
+// The sidecar (--every): each run's findings as gauges; a row that stays unpublished shows
+// as walrelay_audit_missing_events 1, and /readyz says the last run completed.
+TEST_F(AuditTest, SidecarExportsTheLastRunsFindingsAsMetrics) {
+  const std::string missing = InsertRow("o1");  // no relay runs: it is never published
+  const std::string log = pg_->socket_dir() + "/audit-sidecar.log";
+  auto p = testing::Subprocess::Start(
+      {WALRELAY_BINARY, "audit", "--source-dsn", pg_->conninfo(), "--kafka-bootstrap-servers",
+       broker_->bootstraps(), "--topic", "outbox.order", "--grace", "0s", "--every", "1s",
+       "--metrics-address", "127.0.0.1:0"},
+      log);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  int port = 0;
+  std::string body;
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::smatch m;
+    const std::string text = ss.str();
+    if (port == 0 && std::regex_search(text, m, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/)"))) {
+      port = std::stoi(m[1]);
+    }
+    if (port != 0) {
+      httplib::Client client("127.0.0.1", port);
+      auto r = client.Get("/metrics");
+      if (r && r->body.find("walrelay_audit_runs_total 1") != std::string::npos) {
+        body = r->body;
+        break;
+      }
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_NE(port, 0) << "no metrics address in the log";
+  ASSERT_FALSE(body.empty()) << "no completed run in the metrics";
+  EXPECT_NE(body.find("walrelay_audit_missing_events 1\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("walrelay_audit_window_rows 1\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("walrelay_audit_phantom_events 0\n"), std::string::npos) << body;
+  httplib::Client client("127.0.0.1", port);
+  auto ready = client.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  p->Signal(SIGTERM);
+  EXPECT_EQ(p->Wait(10s).value_or(-1), 0);
+  EXPECT_NE(testing::ReadFile(log).find(missing), std::string::npos);
 }
 
 }  // namespace
