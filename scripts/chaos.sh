@@ -723,9 +723,45 @@ echo "  faults executed/scheduled (evidence in $WORK/faults.log):${FAULTS_LINE%,
 echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates, $UNPARSABLE unparsable records (read_committed)"
 [[ $EXACTLY_ONCE == 1 ]] && echo "  exactly-once: $DUPS duplicates, $TORN torn source transactions; $ABORTED records of aborted Kafka transactions in the partitions' logs (never read by read_committed)"
 echo "  ledger: $LLOST lost, $TWICE applied twice, $BALANCE wallet balances off, $LDISORDER applied out of order"
+# The second witness: walrelay audit (src/audit/) reconciles the topic with the outbox table
+# without the relay's bookkeeping or this script's checker. Its findings must be this
+# verdict's, id for id: the rows this checker found lost (table-less events have no row,
+# so the audit cannot see those), the same copies beyond the first, and nothing else.
+AUDIT_RC=0
+"$WALRELAY" audit --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOT" --topic outbox.payment \
+  --since 1d --grace 0s --samples 1000000 --json >"$WORK/audit.json" 2>"$WORK/audit.log" || AUDIT_RC=$?
+q "SELECT p.event_id::text FROM payments p WHERE NOT p.tableless AND NOT EXISTS
+     (SELECT 1 FROM kafka_records k WHERE k.event_id = p.event_id::text) ORDER BY 1" >"$WORK/lost-rows.expected"
+AUDIT_LINE=$(python3 - "$WORK/audit.json" "$WORK/audit.lost" <<'PY' 2>&1
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"unreadable ({e})"); sys.exit(0)
+open(sys.argv[2], "w").write("".join(i + "\n" for i in sorted(r["missing"]["samples"])))
+c = lambda k: r[k]["count"]
+print(f"{r['reference_rows']} rows, {r['delivered_rows']} in Kafka; {c('missing')} missing, "
+      f"{c('phantom')} phantom, {c('out_of_order')} out of order, {c('torn')} torn, "
+      f"{r['duplicate_copies']} duplicate copies")
+PY
+)
+AUDIT_DUPS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["duplicate_copies"])' "$WORK/audit.json" 2>/dev/null || echo "?")
+AUDIT_AGREES=1
+if ! cmp -s "$WORK/lost-rows.expected" "$WORK/audit.lost" 2>/dev/null; then AUDIT_AGREES=0; fi
+[[ $AUDIT_DUPS == "$DUPS" ]] || AUDIT_AGREES=0
+echo "  walrelay audit (exit $AUDIT_RC): $AUDIT_LINE; $( ((AUDIT_AGREES)) && echo "agrees with this verdict id for id" || echo "DISAGREES with this verdict: lost rows $WORK/lost-rows.expected vs $WORK/audit.lost, duplicate copies $DUPS vs $AUDIT_DUPS")"
+
 FAILED=0
 WHY=()
 int() { [[ $1 =~ ^[0-9]+$ ]]; }
+(( AUDIT_AGREES == 1 )) || { FAILED=1; WHY+=("walrelay audit disagrees with the verdict (see its line)"); }
+if (( AUDIT_RC == 0 )); then
+  [[ -s $WORK/lost-rows.expected ]] && { FAILED=1; WHY+=("walrelay audit said clean although rows were lost"); }
+elif (( AUDIT_RC == 1 )); then
+  [[ -s $WORK/lost-rows.expected ]] || { FAILED=1; WHY+=("walrelay audit reported findings on a run that lost nothing: a false alarm ($(tail -c 300 "$WORK/audit.json"))"); }
+else
+  FAILED=1; WHY+=("walrelay audit failed (exit $AUDIT_RC): $(tail -n 3 "$WORK/audit.log")")
+fi
 for v in TOTAL KLOST PHANTOM DISORDER DUPS LLOST TWICE BALANCE LDISORDER UNPARSABLE RECORDS TORN; do
   int "${!v}" || { FAILED=1; WHY+=("the verdict query gave no number for $v ('${!v}')"); }
 done
