@@ -9,11 +9,14 @@
 #include <thread>
 
 #include "src/audit/audit.h"
+#include "src/audit/metric_names.h"
 #include "src/metrics/http_server.h"
 #include "src/metrics/registry.h"
 
 namespace walrelay::cli {
 namespace {
+
+namespace amn = audit::metric_names;
 
 std::atomic<bool> g_audit_stop{false};
 extern "C" void OnAuditSignal(int) { g_audit_stop.store(true); }
@@ -21,26 +24,26 @@ extern "C" void OnAuditSignal(int) { g_audit_stop.store(true); }
 // The sidecar's gauges: the last completed run's findings.
 struct AuditMetrics {
   explicit AuditMetrics(metrics::Registry* r)
-      : missing(r->AddGauge("walrelay_audit_missing_events",
+      : missing(r->AddGauge(amn::kMissing,
                             "Rows committed in the last audit's window that are neither in Kafka "
                             "nor dead-lettered (lost, unless the relay is still behind)")),
-        phantom(r->AddGauge("walrelay_audit_phantom_events",
+        phantom(r->AddGauge(amn::kPhantom,
                             "Records naming an outbox table whose event id no row has")),
-        out_of_order(r->AddGauge("walrelay_audit_out_of_order_events",
+        out_of_order(r->AddGauge(amn::kOutOfOrder,
                                  "First deliveries below their key's previous source position")),
-        torn(r->AddGauge("walrelay_audit_torn_transactions",
+        torn(r->AddGauge(amn::kTorn,
                          "Source transactions of the window partly in Kafka")),
-        duplicates(r->AddGauge("walrelay_audit_duplicated_events",
+        duplicates(r->AddGauge(amn::kDuplicated,
                                "Events of the window in more than one record")),
-        late(r->AddGauge("walrelay_audit_late_events",
+        late(r->AddGauge(amn::kLate,
                          "First deliveries produced more than --late after commit")),
-        rows(r->AddGauge("walrelay_audit_window_rows", "Outbox rows in the last audit's window")),
-        window(r->AddGauge("walrelay_audit_window_seconds",
+        rows(r->AddGauge(amn::kWindowRows, "Outbox rows in the last audit's window")),
+        window(r->AddGauge(amn::kWindowSeconds,
                            "Length of the window the last audit covered")),
-        last_run(r->AddGauge("walrelay_audit_last_run_timestamp_seconds",
+        last_run(r->AddGauge(amn::kLastRun,
                              "When the last audit completed (Unix time)")),
-        runs(r->AddCounter("walrelay_audit_runs_total", "Audits completed")),
-        failures(r->AddCounter("walrelay_audit_failures_total",
+        runs(r->AddCounter(amn::kRuns, "Audits completed")),
+        failures(r->AddCounter(amn::kFailures,
                                "Audits that could not complete (database or Kafka unreachable)")) {}
   void Record(const audit::AuditReport& report) {
     missing.Set(static_cast<double>(report.missing.count));

@@ -1,7 +1,8 @@
 // The metric names that files outside the code use — the alert rules (docker/alerts.yml),
 // the Grafana dashboard (docker/grafana/) and the Debezium JMX table of
 // docs/migrating-from-debezium.md — are metrics walrelay exports
-// (src/relay/core/metric_names.h): a renamed metric cannot silently disable an alert.
+// (src/relay/core/metric_names.h, and the audit sidecar's src/audit/metric_names.h): a
+// renamed metric cannot silently disable an alert.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -33,8 +34,12 @@ std::set<std::string> Names(const std::string& text, const std::regex& re) {
 
 TEST(MetricsDocsTest, AlertsAndDashboardUseExportedMetrics) {
   const std::string root = WALRELAY_SOURCE_DIR;
-  const std::set<std::string> exported =
+  std::set<std::string> exported =
       Names(Read(root + "/src/relay/core/metric_names.h"), std::regex("\"(walrelay_[a-z0-9_]+)\""));
+  for (const std::string& name :
+       Names(Read(root + "/src/audit/metric_names.h"), std::regex("\"(walrelay_[a-z0-9_]+)\""))) {
+    exported.insert(name);
+  }
   ASSERT_GT(exported.size(), 20u);
   const std::regex used("\\b(walrelay_[a-z0-9_]+)");
   std::vector<std::string> files = {root + "/docker/alerts.yml",
