@@ -528,6 +528,10 @@ std::string FormatReport(const AuditReport& r, const AuditOptions& options) {
   out += "  " + std::to_string(r.reference_rows) + " rows committed in the window, " +
          std::to_string(r.delivered_rows) + " of them in Kafka; " + std::to_string(r.records_read) +
          " records read, " + std::to_string(r.records_in_window) + " committed in the window\n";
+  if (r.partitions_read_whole > 0) {
+    out += "  (" + std::to_string(r.partitions_read_whole) +
+           " partitions read from their start: the broker did not look offsets up by time)\n";
+  }
   AppendFinding(&out, "missing", r.missing, "committed, in no record and no dead letter: LOST unless the relay is still behind");
   AppendFinding(&out, "phantom", r.phantom, "in Kafka, no such row: a rolled-back row or another producer");
   AppendFinding(&out, "out of order", r.out_of_order, "a first delivery below its key's previous position");
@@ -548,6 +552,7 @@ std::string FormatReportJson(const AuditReport& r) {
                     ",\"records_read\":" + std::to_string(r.records_read) +
                     ",\"records_in_window\":" + std::to_string(r.records_in_window) +
                     ",\"duplicate_copies\":" + std::to_string(r.duplicate_copies) +
+                    ",\"partitions_read_whole\":" + std::to_string(r.partitions_read_whole) +
                     ",\"clean\":" + (r.clean() ? "true" : "false");
   AppendJsonFinding(&out, "missing", r.missing);
   AppendJsonFinding(&out, "phantom", r.phantom);
