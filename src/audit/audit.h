@@ -7,7 +7,9 @@
 // [now - since, now - grace) (the database's clock), read over a plain SQL connection:
 // event id, aggregate id, inserting transaction (xmin). Rows are the truth of what
 // committed: a rolled-back row is never visible. The window's end leaves the relay `grace`
-// to publish what committed last.
+// to publish what committed last. created_at is the insert time, not the commit: a
+// transaction open longer than `grace` can commit after the window's end and its rows be
+// reported missing too early (docs/operations.md section 18 says to size `grace` above it).
 //
 // Observed set: every record of the given topics from the first offset whose timestamp is
 // at or after the window's start minus `slack` (CreateTime is set when the relay produced
