@@ -193,7 +193,9 @@ Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, Aud
       if (offset < 0) {
         const int64_t high = end[{tp.topic, tp.partition}];
         WALRELAY_ASSIGN_OR_RETURN(int64_t last_ms, LastTimestampMs(consumer.get(), tp.topic, tp.partition, high));
-        if (last_ms < from_ms) {
+        // -1: the last offset held no record this consumer reads (an aborted or open
+        // transaction's marker): read the partition whole rather than skip it.
+        if (last_ms >= 0 && last_ms < from_ms) {
           end.erase({tp.topic, tp.partition});
           continue;
         }
