@@ -100,7 +100,7 @@ step "all tests (unit + integration; Apache Kafka tests: WALRELAY_TEST_KAFKA=$WA
 ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900 |
   tee "$BUILD_ROOT/ctest-main.log"
 apache_skips=()  # the Apache Kafka programs skip, as skipped, only when asked to
-[ "$WALRELAY_TEST_KAFKA" = apache ] || apache_skips=(ApacheKafkaTest InboxApacheTest)
+[ "$WALRELAY_TEST_KAFKA" = apache ] || apache_skips=(ApacheKafkaTest InboxApacheTest AuditApacheTest)
 ctest_counted "$BUILD_ROOT/ctest-main.log" "${apache_skips[@]}"
 
 # The Debian packages' production build (CPU) runs beside the dev broker's chaos run (paced

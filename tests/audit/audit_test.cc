@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 #include <simdjson.h>
-#include <sys/wait.h>
 
 #include <httplib.h>
 
@@ -17,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/audit/audit_harness.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_broker.h"
@@ -25,24 +25,9 @@ namespace walrelay {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct CommandResult {
-  int code = -1;
-  std::string out;
-};
-
-CommandResult Walrelay(const std::string& args) {
-  CommandResult r;
-  const std::string cmd = std::string(WALRELAY_BINARY) + " " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::CommandResult;
+using testing::Samples;
+using testing::Walrelay;
 
 // Produces one record with the relay's two headers, as something other than the relay.
 void Produce(const std::string& bootstrap, const std::string& topic, const std::string& key,
@@ -103,11 +88,6 @@ class AuditTest : public ::testing::Test {
     auto doc = parser_.parse(last_json_);
     EXPECT_FALSE(doc.error()) << r.out;
     return doc.value_unsafe();
-  }
-  static std::vector<std::string> Samples(simdjson::dom::element report, const char* finding) {
-    std::vector<std::string> out;
-    for (auto s : report[finding]["samples"].get_array()) out.emplace_back(std::string_view(s.get_string()));
-    return out;
   }
   std::string Scalar(const std::string& sql) {
     auto v = pg_->QueryScalar(sql);
