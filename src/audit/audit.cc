@@ -365,10 +365,15 @@ Result<AuditReport> RunAudit(const AuditOptions& options) {
     if (!name.ok()) return InvalidArgumentError("audit: --source-table " + t + ": " + name.status().message());
     const std::string q = name->Quoted();
     WALRELAY_ASSIGN_OR_RETURN(
-        PgResult r, Query(conn.get(), "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN "
+        PgResult r, Query(conn.get(), "SELECT n.nspname || '.' || c.relname, c.relkind = 'p' OR EXISTS "
+                                      "(SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
+                                      "i.indrelid AND a.attnum = i.indkey[0] WHERE i.indrelid = c.oid "
+                                      "AND i.indisvalid AND a.attname = " +
+                                      QuoteLiteral(options.created_at_column) + ") FROM pg_class c JOIN "
                                       "pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
                                       "to_regclass(" + QuoteLiteral(q) + ")"));
     if (PQntuples(r.get()) != 1) return NotFoundError("audit: outbox table " + t + " does not exist");
+    if (std::string_view(PQgetvalue(r.get(), 0, 1)) != "t") report.tables_scanned_whole.push_back(t);
     if (!sources.empty()) sources += ", ";
     sources += QuoteLiteral(PQgetvalue(r.get(), 0, 0));
     const std::string id = QuoteIdentifier(options.event_id_column);
@@ -534,6 +539,10 @@ std::string FormatReport(const AuditReport& r, const AuditOptions& options) {
     out += "  (" + std::to_string(r.partitions_read_whole) +
            " partitions read from their start: the broker did not look offsets up by time)\n";
   }
+  for (const std::string& t : r.tables_scanned_whole) {
+    out += "  (" + t + " has no index on " + options.created_at_column +
+           ": every audit reads the whole table; `walrelay setup --audit-index` makes one)\n";
+  }
   AppendFinding(&out, "missing", r.missing, "committed, in no record and no dead letter: LOST unless the relay is still behind");
   AppendFinding(&out, "phantom", r.phantom, "in Kafka, no such row: a rolled-back row or another producer");
   AppendFinding(&out, "out of order", r.out_of_order, "a first delivery below its key's previous position");
@@ -555,7 +564,12 @@ std::string FormatReportJson(const AuditReport& r) {
                     ",\"records_in_window\":" + std::to_string(r.records_in_window) +
                     ",\"duplicate_copies\":" + std::to_string(r.duplicate_copies) +
                     ",\"partitions_read_whole\":" + std::to_string(r.partitions_read_whole) +
-                    ",\"clean\":" + (r.clean() ? "true" : "false");
+                    ",\"clean\":" + (r.clean() ? "true" : "false") + ",\"tables_scanned_whole\":[";
+  for (size_t i = 0; i < r.tables_scanned_whole.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendJsonQuoted(&out, r.tables_scanned_whole[i]);
+  }
+  out += "]";
   AppendJsonFinding(&out, "missing", r.missing);
   AppendJsonFinding(&out, "phantom", r.phantom);
   AppendJsonFinding(&out, "out_of_order", r.out_of_order);

@@ -94,6 +94,9 @@ struct AuditReport {
   uint64_t duplicate_copies = 0;  // records beyond the first of each duplicated event
   // Partitions read from their start because the broker did not look offsets up by time.
   uint64_t partitions_read_whole = 0;
+  // Outbox tables with no valid index led by the created_at column (and not partitioned):
+  // the window is read by a sequential scan of each (`walrelay setup --audit-index`).
+  std::vector<std::string> tables_scanned_whole;
 
   // Findings that break walrelay's guarantees: missing, phantom, out of order, torn.
   // Duplicates and late deliveries are reported but are not breaches (the default mode

@@ -16,7 +16,8 @@
 
 namespace walrelay::cli {
 std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool create_tables,
-                                         const std::set<std::string>& partitioned_tables) {
+                                         const std::set<std::string>& partitioned_tables,
+                                         const std::set<std::string>& audit_index_tables) {
   auto partitioned = [&](const std::string& t) {
     return partitioned_tables.contains(t) ||
            (create_tables && config.outbox_cleanup == relay::OutboxCleanup::kPartitions);
@@ -39,6 +40,13 @@ std::vector<std::string> SetupStatements(const relay::RelayConfig& config, bool 
       } else {
         sql.push_back(relay::OutboxTableDdl(t));
         sql.push_back(relay::QueueTableStorageSql(t));
+      }
+    }
+  }
+  if (!config.columns.created_at.empty()) {
+    for (const auto& t : config.tables) {
+      if (audit_index_tables.contains(t) && !partitioned(t)) {
+        sql.push_back(relay::AuditIndexSql(t, config.columns.created_at));
       }
     }
   }
@@ -211,11 +219,13 @@ Status SetUpCheckpointTopic(const relay::RelayConfig& config) {
 }  // namespace
 
 Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_run,
-                const std::string& relay_role) {
+                const std::string& relay_role, bool audit_index) {
   std::vector<relay::Privilege> grants;
   if (!relay_role.empty()) grants = relay::RelayPrivileges(config);
   if (dry_run) {
-    const auto statements = SetupStatements(config, create_tables);
+    std::set<std::string> indexed;
+    if (create_tables || audit_index) indexed.insert(config.tables.begin(), config.tables.end());
+    const auto statements = SetupStatements(config, create_tables, {}, indexed);
     for (const auto& s : statements) std::cout << s << ";\n\n";
     for (const auto& g : grants) std::cout << "-- " << g.why << "\n" << g.GrantTo(relay_role) << ";\n\n";
     if (config.exactly_once) {
@@ -323,7 +333,11 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
 
   relay::RelayConfig statements_config = config;
   if (!setup_role_replicates) statements_config.create_slot = false;  // said below
-  const auto statements = SetupStatements(statements_config, create_tables, partitioned);
+  std::set<std::string> indexed;  // the tables created now, or every one with --audit-index
+  for (size_t i = 0; i < config.tables.size(); ++i) {
+    if (audit_index || !table_existed[i]) indexed.insert(config.tables[i]);
+  }
+  const auto statements = SetupStatements(statements_config, create_tables, partitioned, indexed);
   for (const auto& s : statements) {
     WALRELAY_RETURN_IF_ERROR(slot::ExecPg(conn.get(), s, {}, "setup failed at:\n" + s).status());
   }
@@ -331,7 +345,13 @@ Status RunSetup(const relay::RelayConfig& config, bool create_tables, bool dry_r
   for (size_t i = 0; i < config.tables.size(); ++i) {
     std::cerr << "outbox table " << config.tables[i] << ": "
               << (table_existed[i] ? "existed" : "created (--create-tables)")
-              << (poll ? ", poll columns and indexes ensured" : "") << "\n";
+              << (poll ? ", poll columns and indexes ensured" : "")
+              << (indexed.contains(config.tables[i]) && !partitioned.contains(config.tables[i]) &&
+                          config.outbox_cleanup != relay::OutboxCleanup::kPartitions &&
+                          !config.columns.created_at.empty()
+                      ? ", created_at index for walrelay audit ensured"
+                      : "")
+              << "\n";
   }
   std::cerr << "dead-letter table " << config.dead_letter_table << ": "
             << Outcome(dead_letters_existed) << "\n";

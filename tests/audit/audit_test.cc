@@ -158,6 +158,29 @@ TEST_F(AuditTest, CleanWhenEverythingArrivedThenFindsEachMisbehaviourByEventId) 
   EXPECT_EQ(uint64_t(report["torn"]["count"]), 0u);
 }
 
+// The audit reads its window through the created_at index setup makes: one made by
+// --create-tables, said missing on a table without it, and made by `setup --audit-index`.
+TEST_F(AuditTest, ATableWithoutTheCreatedAtIndexIsSaidAndSetupAuditIndexMakesIt) {
+  auto tables_scanned_whole = [this] {
+    int code = -1;
+    simdjson::dom::element report = Audit(&code);
+    EXPECT_EQ(code, 0) << last_json_;
+    std::vector<std::string> out;
+    for (auto t : report["tables_scanned_whole"].get_array()) out.emplace_back(std::string_view(t.get_string()));
+    return out;
+  };
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'outbox_created_at'"), "1");
+  EXPECT_EQ(tables_scanned_whole(), std::vector<std::string>{});
+  ASSERT_TRUE(pg_->Exec("DROP INDEX outbox_created_at").ok());
+  EXPECT_EQ(tables_scanned_whole(), std::vector<std::string>{"outbox"});
+  CommandResult plain = Walrelay("setup " + dsn_);  // an existing table: left as it is
+  ASSERT_EQ(plain.code, 0);
+  EXPECT_EQ(tables_scanned_whole(), std::vector<std::string>{"outbox"});
+  ASSERT_EQ(Walrelay("setup --audit-index " + dsn_).code, 0);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'outbox_created_at'"), "1");
+  EXPECT_EQ(tables_scanned_whole(), std::vector<std::string>{});
+}
+
 TEST_F(AuditTest, BadOptionsAndAWindowPastTheJanitorsRetentionAreRefused) {
   CommandResult r = Walrelay("audit " + dsn_ + " --kafka-bootstrap-servers " + broker_->bootstraps() +
                              " --topic outbox.order --since 2d --janitor-retention 1d");

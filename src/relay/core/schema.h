@@ -106,6 +106,19 @@ inline std::string PollWaitingIndexSql(std::string_view qualified_table,
          QuoteIdentifier(id_column) + ") WHERE published_at IS NULL AND retry_at IS NOT NULL";
 }
 
+// The index `walrelay audit` reads its window through: `<table>_created_at` on the
+// created_at column (the audit's reference set is the rows created in a time window;
+// without it every audit run scans the whole table). Built without blocking writers
+// (CONCURRENTLY) on a plain table; a table range-partitioned on created_at needs none
+// (the window prunes partitions), so setup makes it only on plain tables: for the outbox
+// tables it creates, and with `setup --audit-index` for existing ones (one more index for
+// every insert to maintain: the operator's choice on a table of their own). Idempotent.
+inline std::string AuditIndexSql(std::string_view qualified_table, std::string_view created_at_column) {
+  return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " +
+         QuoteIdentifier(PollIndexName(qualified_table, "_created_at")) + " ON " +
+         QuoteQualifiedName(qualified_table) + " (" + QuoteIdentifier(created_at_column) + ")";
+}
+
 // The dead-letter table (see dead_letter.h). `quoted_table` is already quoted. Created
 // only when missing (slot::CreateTableIfMissing: a least-privilege role may lack CREATE on
 // the schema); DeadLetterTableUpgradeSql brings a table of an earlier version up to date.
