@@ -475,6 +475,15 @@ Result<AuditReport> RunAudit(const AuditOptions& options) {
     report.duplicate_copies = PQntuples(r.get()) > 0 ? U64(r.get(), 0, 2) : 0;
     for (int i = 0; i < PQntuples(r.get()); ++i) report.duplicated.samples.emplace_back(PQgetvalue(r.get(), i, 0));
   }
+  if (options.inbox_retention.count() > 0) {
+    WALRELAY_RETURN_IF_ERROR(Fill(conn.get(),
+                                  "SELECT event_id, count(*) OVER () FROM " + ns + "seen WHERE " + in_window +
+                                  " AND event_id IS NOT NULL GROUP BY event_id HAVING count(*) > 1 AND "
+                                  "max(produced_us) - min(produced_us) > " +
+                                  std::to_string(options.inbox_retention.count() * 1000000) +
+                                  " ORDER BY 1" + limit,
+                                  &report.duplicated_beyond_inbox));
+  }
   // First deliveries (the earliest offset of each event id in its partition), per key in
   // offset order: a position below the previous one is out of order.
   WALRELAY_RETURN_IF_ERROR(Fill(
@@ -567,6 +576,10 @@ std::string FormatReport(const AuditReport& r, const AuditOptions& options) {
   AppendFinding(&out, "out of order", r.out_of_order, "a first delivery below its key's previous position");
   AppendFinding(&out, "torn", r.torn, "source transactions (xids) partly in Kafka");
   AppendFinding(&out, "duplicated", r.duplicated, "events in more than one record; the inbox absorbs them");
+  if (options.inbox_retention.count() > 0) {
+    AppendFinding(&out, "duplicated beyond the inbox's retention", r.duplicated_beyond_inbox,
+                  "copies produced further apart than --inbox-retention: APPLIED TWICE by an inbox that forgot the first");
+  }
   AppendFinding(&out, "late", r.late, "first delivered more than --late after commit");
   AppendFinding(&out, "dead-lettered", r.dead_lettered, "in the dead-letter table, with their reasons");
   out += r.clean() ? "  verdict: clean (nothing lost, no phantom, order kept, no torn transaction)\n"
@@ -594,6 +607,7 @@ std::string FormatReportJson(const AuditReport& r) {
   AppendJsonFinding(&out, "out_of_order", r.out_of_order);
   AppendJsonFinding(&out, "torn", r.torn);
   AppendJsonFinding(&out, "duplicated", r.duplicated);
+  AppendJsonFinding(&out, "duplicated_beyond_inbox_retention", r.duplicated_beyond_inbox);
   AppendJsonFinding(&out, "late", r.late);
   AppendJsonFinding(&out, "dead_lettered", r.dead_lettered);
   out += "}";

@@ -30,6 +30,10 @@
 //                tables has (e.g. a rolled-back row, a record produced by something else)
 //   duplicated   an event id carried by more than one record of the window (a repeat:
 //                absorbed by the inbox; not an error in the default mode)
+//   beyond the inbox's retention
+//                of those, the events whose copies were produced further apart than
+//                `inbox_retention` (when given): an inbox that forgets an event id after
+//                that long applies the later copy again. A breach of what consumers rely on
 //   out of order a first delivery of an event whose source position (lsn, ordinal) is
 //                below the previous first delivery of the same key in the same partition
 //   torn         a source transaction (xmin) of the window with some rows delivered and
@@ -72,6 +76,7 @@ struct AuditOptions {
   std::chrono::seconds slack{300};
   std::chrono::milliseconds late{60000};
   std::chrono::seconds janitor_retention{0};
+  std::chrono::seconds inbox_retention{0};  // the consumers' inbox retention; 0 = not checked
   size_t samples = 10;
   // Called at least every few seconds while records are read: records so far, partitions
   // done of all.
@@ -91,6 +96,7 @@ struct AuditReport {
   uint64_t records_in_window = 0;  // of them, committed in the window
   uint64_t delivered_rows = 0;     // reference rows with a record
   Finding dead_lettered, missing, phantom, duplicated, out_of_order, torn, late;
+  Finding duplicated_beyond_inbox;  // duplicated further apart than inbox_retention
   uint64_t duplicate_copies = 0;  // records beyond the first of each duplicated event
   // Partitions read from their start because the broker did not look offsets up by time.
   uint64_t partitions_read_whole = 0;
@@ -98,12 +104,13 @@ struct AuditReport {
   // the window is read by a sequential scan of each (`walrelay setup --audit-index`).
   std::vector<std::string> tables_scanned_whole;
 
-  // Findings that break walrelay's guarantees: missing, phantom, out of order, torn.
-  // Duplicates and late deliveries are reported but are not breaches (the default mode
-  // repeats; lateness is a service level).
+  // Findings that break walrelay's guarantees: missing, phantom, out of order, torn, and a
+  // duplicate the consumers' inbox no longer remembers. Other duplicates and late
+  // deliveries are reported but are not breaches (the default mode repeats; lateness is a
+  // service level).
   bool clean() const {
     return missing.count == 0 && phantom.count == 0 && out_of_order.count == 0 &&
-           torn.count == 0;
+           torn.count == 0 && duplicated_beyond_inbox.count == 0;
   }
 };
 

@@ -11,6 +11,8 @@ inline constexpr std::string_view kPhantom = "walrelay_audit_phantom_events";
 inline constexpr std::string_view kOutOfOrder = "walrelay_audit_out_of_order_events";
 inline constexpr std::string_view kTorn = "walrelay_audit_torn_transactions";
 inline constexpr std::string_view kDuplicated = "walrelay_audit_duplicated_events";
+inline constexpr std::string_view kDuplicatedBeyondInbox =
+    "walrelay_audit_duplicated_beyond_inbox_retention_events";
 inline constexpr std::string_view kLate = "walrelay_audit_late_events";
 inline constexpr std::string_view kWindowRows = "walrelay_audit_window_rows";
 inline constexpr std::string_view kWindowSeconds = "walrelay_audit_window_seconds";

@@ -35,6 +35,9 @@ struct AuditMetrics {
                          "Source transactions of the window partly in Kafka")),
         duplicates(r->AddGauge(amn::kDuplicated,
                                "Events of the window in more than one record")),
+        beyond_inbox(r->AddGauge(amn::kDuplicatedBeyondInbox,
+                                 "Duplicated events whose copies were produced further apart than "
+                                 "--inbox-retention (0 when not given)")),
         late(r->AddGauge(amn::kLate,
                          "First deliveries produced more than --late after commit")),
         rows(r->AddGauge(amn::kWindowRows, "Outbox rows in the last audit's window")),
@@ -51,6 +54,7 @@ struct AuditMetrics {
     out_of_order.Set(static_cast<double>(report.out_of_order.count));
     torn.Set(static_cast<double>(report.torn.count));
     duplicates.Set(static_cast<double>(report.duplicated.count));
+    beyond_inbox.Set(static_cast<double>(report.duplicated_beyond_inbox.count));
     late.Set(static_cast<double>(report.late.count));
     rows.Set(static_cast<double>(report.reference_rows));
     window.Set(static_cast<double>(report.window_end_us - report.window_start_us) / 1e6);
@@ -59,7 +63,7 @@ struct AuditMetrics {
                                          .count()));
     runs.Inc();
   }
-  metrics::Gauge &missing, &phantom, &out_of_order, &torn, &duplicates, &late, &rows, &window,
+  metrics::Gauge &missing, &phantom, &out_of_order, &torn, &duplicates, &beyond_inbox, &late, &rows, &window,
       &last_run;
   metrics::Counter &runs, &failures;
 };
@@ -108,6 +112,11 @@ AuditCommand::AuditCommand(CLI::App* parent) {
                    "The janitor's retention (outbox.retention_ms) when it deletes rows: a "
                    "--since beyond it is refused (deleted rows would look like phantoms). 0: "
                    "no janitor")
+      ->capture_default_str();
+  app_->add_option("--inbox-retention", inbox_,
+                   "The consumers' inbox retention (inbox.retention): a duplicate whose copies "
+                   "were produced further apart is a finding (exit 1), as the inbox would apply "
+                   "it twice. 0: not checked")
       ->capture_default_str();
   app_->add_option("--dead-letter-table", dead_letter_table_, "walrelay's dead-letter table")
       ->capture_default_str();
@@ -162,7 +171,7 @@ int AuditCommand::Run() const {
     const std::string& text;
     long long seconds;
   } durations[] = {{"--since", since_, 0}, {"--grace", grace_, 0}, {"--late", late_, 0},
-                   {"--janitor-retention", janitor_, 0}};
+                   {"--janitor-retention", janitor_, 0}, {"--inbox-retention", inbox_, 0}};
   for (auto& d : durations) {
     d.seconds = ParseDurationSeconds(d.text);
     if (d.seconds < 0) {
@@ -175,6 +184,7 @@ int AuditCommand::Run() const {
   o.grace = std::chrono::seconds(durations[1].seconds);
   o.late = std::chrono::seconds(durations[2].seconds);
   o.janitor_retention = std::chrono::seconds(durations[3].seconds);
+  o.inbox_retention = std::chrono::seconds(durations[4].seconds);
   const long long every = ParseDurationSeconds(every_);
   if (every < 0) {
     std::cerr << "walrelay audit: --every " << every_ << " is not a duration (e.g. 10m)\n";

@@ -39,7 +39,7 @@ class AuditCommand {
 
  private:
   CLI::App* app_;
-  std::string dsn_, bootstrap_, since_ = "1h", grace_ = "5m", late_ = "60s", janitor_ = "0";
+  std::string dsn_, bootstrap_, since_ = "1h", grace_ = "5m", late_ = "60s", janitor_ = "0", inbox_ = "0";
   std::string every_ = "0", metrics_address_ = "127.0.0.1:9466";
   std::string dead_letter_table_ = "walrelay_dead_letter";
   std::string event_id_column_ = "event_id", aggregate_id_column_ = "aggregate_id",

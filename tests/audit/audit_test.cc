@@ -8,6 +8,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -30,8 +31,9 @@ using testing::Samples;
 using testing::Walrelay;
 
 // Produces one record with the relay's two headers, as something other than the relay.
+// `timestamp_ms` 0: the producer's clock.
 void Produce(const std::string& bootstrap, const std::string& topic, const std::string& key,
-             const std::string& event_id, const std::string& position) {
+             const std::string& event_id, const std::string& position, int64_t timestamp_ms = 0) {
   char err[256];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof err);
@@ -45,6 +47,7 @@ void Produce(const std::string& bootstrap, const std::string& topic, const std::
   rd_kafka_resp_err_t e = rd_kafka_producev(
       rk, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(key.data(), key.size()),
       RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(h),
+      RD_KAFKA_V_TIMESTAMP(timestamp_ms),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
   ASSERT_EQ(e, RD_KAFKA_RESP_ERR_NO_ERROR) << rd_kafka_err2str(e);
   ASSERT_EQ(rd_kafka_flush(rk, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -80,9 +83,9 @@ class AuditTest : public ::testing::Test {
   }
 
   // The audit's JSON report, parsed; its exit code in *code.
-  simdjson::dom::element Audit(int* code) {
+  simdjson::dom::element Audit(int* code, const std::string& extra = "") {
     CommandResult r = Walrelay("audit " + dsn_ + " --kafka-bootstrap-servers " +
-                               broker_->bootstraps() + " --topic outbox.order --grace 0s --json");
+                               broker_->bootstraps() + " --topic outbox.order --grace 0s --json " + extra);
     *code = r.code;
     last_json_ = r.out;
     auto doc = parser_.parse(last_json_);
@@ -146,13 +149,24 @@ TEST_F(AuditTest, CleanWhenEverythingArrivedThenFindsEachMisbehaviourByEventId) 
   Produce(broker_->bootstraps(), "outbox.order", "oz", first,
           "lsn=FF/100;ordinal=0;xid=3;commit_time_us=" + now_us + ";source=public.outbox");
 
-  report = Audit(&code);
+  // A second copy of another event, produced two hours after its first: an inbox keeping
+  // event ids for an hour would apply it twice.
+  const std::string far = Scalar("SELECT event_id FROM outbox WHERE aggregate_id = 'o4' ORDER BY id LIMIT 1");
+  const int64_t later_ms = std::stoll(now_us) / 1000 + 2 * 3600 * 1000;
+  Produce(broker_->bootstraps(), "outbox.order", "o4", far,
+          "lsn=0/30;ordinal=0;xid=5;commit_time_us=" + now_us + ";source=public.outbox", later_ms);
+
+  report = Audit(&code, "--inbox-retention 1h");
   EXPECT_EQ(code, 1) << last_json_;
   EXPECT_EQ(uint64_t(report["reference_rows"]), 303u);
   EXPECT_EQ(Samples(report, "missing"), std::vector<std::string>{missing}) << last_json_;
   EXPECT_EQ(Samples(report, "phantom"), std::vector<std::string>{phantom}) << last_json_;
-  EXPECT_EQ(Samples(report, "duplicated"), std::vector<std::string>{repeated}) << last_json_;
-  EXPECT_EQ(uint64_t(report["duplicate_copies"]), 1u);
+  std::vector<std::string> duplicated{repeated, far};
+  std::sort(duplicated.begin(), duplicated.end());
+  EXPECT_EQ(Samples(report, "duplicated"), duplicated) << last_json_;
+  EXPECT_EQ(uint64_t(report["duplicate_copies"]), 2u);
+  EXPECT_EQ(Samples(report, "duplicated_beyond_inbox_retention"), std::vector<std::string>{far})
+      << last_json_;
   EXPECT_EQ(Samples(report, "out_of_order"), std::vector<std::string>{first}) << last_json_;
   // The missing row's transaction delivered nothing: missing, not torn.
   EXPECT_EQ(uint64_t(report["torn"]["count"]), 0u);
