@@ -64,6 +64,8 @@ fi
 if [ "$WALRELAY_TEST_KAFKA" = apache ] || [ "$SUITES_ON_APACHE" = 1 ]; then
   step "Apache Kafka jars (scripts/kafka.sh fetch: Maven Central, once per machine)"
   bash scripts/kafka.sh fetch
+  step "Toxiproxy for the network-fault tests (scripts/toxiproxy.sh fetch: the Go module proxy, once per machine)"
+  bash scripts/toxiproxy.sh fetch
 fi
 
 if [ "$SUITES_ON_APACHE" = 1 ]; then
@@ -100,7 +102,7 @@ step "all tests (unit + integration; Apache Kafka tests: WALRELAY_TEST_KAFKA=$WA
 ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS" --timeout 900 |
   tee "$BUILD_ROOT/ctest-main.log"
 apache_skips=()  # the Apache Kafka programs skip, as skipped, only when asked to
-[ "$WALRELAY_TEST_KAFKA" = apache ] || apache_skips=(ApacheKafkaTest InboxApacheTest AuditApacheTest)
+[ "$WALRELAY_TEST_KAFKA" = apache ] || apache_skips=(ApacheKafkaTest InboxApacheTest AuditApacheTest NetworkFaultTest)
 ctest_counted "$BUILD_ROOT/ctest-main.log" "${apache_skips[@]}"
 
 # The Debian packages' production build (CPU) runs beside the dev broker's chaos run (paced

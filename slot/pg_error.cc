@@ -401,11 +401,17 @@ Result<PgConnPtr> ConnectPg(const ConnInfo& conninfo, const char* replication,
   auto session_options = SessionOptions(conninfo.dsn, settings);
   if (!session_options.ok()) return session_options.status().WithContext(context);
   const std::string options = std::move(*session_options);
-  // Keywords after "dbname" override what the expanded conninfo says.
-  // libpq ignores a keyword whose value is null or empty.
-  const char* keys[] = {"dbname",  "fallback_application_name", "replication", "options",
-                        "password", nullptr};
-  const char* values[] = {conninfo.dsn.c_str(),
+  // Keywords before "dbname" are defaults the conninfo (and PGCONNECT_TIMEOUT) may
+  // override; keywords after it override what the expanded conninfo says. libpq ignores a
+  // keyword whose value is null or empty.
+  const char* connect_timeout =
+      std::getenv("PGCONNECT_TIMEOUT") == nullptr ? kDefaultConnectTimeoutSeconds : nullptr;
+  const char* keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                        "keepalives_count", "dbname",  "fallback_application_name",
+                        "replication", "options", "password", nullptr};
+  const char* values[] = {connect_timeout, kDefaultKeepalivesIdleSeconds,
+                          kDefaultKeepalivesIntervalSeconds, kDefaultKeepalivesCount,
+                          conninfo.dsn.c_str(),
                           "walrelay",
                           replication,
                           options.empty() ? nullptr : options.c_str(),

@@ -204,6 +204,18 @@ std::string TransportSecurityWarning(std::string_view host, std::string_view por
 // The same for a live connection.
 std::string TransportSecurityWarning(PGconn* conn);
 
+// Defaults for every connection to the source, each overridable in the conninfo (libpq's
+// keywords; connect_timeout also by PGCONNECT_TIMEOUT). A connection attempt into a
+// network black hole (packets dropped, or a proxy that accepts and then forwards nothing)
+// gives up after connect_timeout instead of waiting forever (libpq's default), so the
+// relay's session loop keeps retrying and saying so; TCP keepalives end a connection whose
+// peer vanished within idle + interval * count (about 90 s) instead of the kernel's 2 h
+// (docs/operations.md, "network faults").
+inline constexpr const char* kDefaultConnectTimeoutSeconds = "10";
+inline constexpr const char* kDefaultKeepalivesIdleSeconds = "60";
+inline constexpr const char* kDefaultKeepalivesIntervalSeconds = "10";
+inline constexpr const char* kDefaultKeepalivesCount = "3";
+
 // Connects with `conninfo` (its DSN expanded by libpq, then the password keyword) and
 // `replication` forced to the given value ("database" or "false"; nullptr = as the DSN
 // says); application_name defaults to "walrelay". `settings` are applied as SessionOptions

@@ -87,10 +87,20 @@ struct RelayStats {
     std::lock_guard lock(server_wait_mutex_);
     return server_wait_;
   }
+  // Why the last session ended (its error), for /readyz while no session streams.
+  void SetLastSessionError(std::string what) {
+    std::lock_guard lock(server_wait_mutex_);
+    last_session_error_ = std::move(what);
+  }
+  std::string LastSessionError() const {
+    std::lock_guard lock(server_wait_mutex_);
+    return last_session_error_;
+  }
 
  private:
-  mutable std::mutex server_wait_mutex_;
+  mutable std::mutex server_wait_mutex_;  // guards both strings
   std::string server_wait_;
+  std::string last_session_error_;
 };
 
 }  // namespace walrelay::relay

@@ -218,9 +218,12 @@ Status Relay::StartObservability() {
         if (std::string wait = stats_.ServerWait(); !wait.empty()) {
           return UnavailableError("no session streams yet: " + wait);
         }
-        return UnavailableError("no session streams (connecting, or reconnecting after a "
-                                "failure; sessions restarted so far: " +
-                                std::to_string(stats_.restarts.load()) + ", the log says why)");
+        if (std::string last = stats_.LastSessionError(); !last.empty()) {
+          return UnavailableError("no session streams: reconnecting (sessions restarted so far: " +
+                                  std::to_string(stats_.restarts.load()) +
+                                  "); the last one ended with: " + last);
+        }
+        return UnavailableError("no session streams (connecting; the log says what it waits for)");
       }
       if (const double waited = SecondsSince(stats_.kafka_waiting_since_us);
           waited >= static_cast<double>(kKafkaWaitIsNews.count())) {

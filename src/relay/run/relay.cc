@@ -270,6 +270,7 @@ Status Relay::Run() {
       break;
     }
     stats_.restarts.fetch_add(1);
+    stats_.SetLastSessionError(st.ToString());
     milliseconds delay(
         std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
     spdlog::warn("{} failed: {}; {} in {} ms", poll ? "poll session" : "session", st.ToString(),

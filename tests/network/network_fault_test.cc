@@ -1,0 +1,144 @@
+// Network faults between the relay and the parts it talks to (issue 45), made by Toxiproxy
+// (tests/support/toxiproxy.h) on the real PostgreSQL and the Apache Kafka cluster, with
+// writers committing throughout. Each test shows that its fault was in place and that the
+// relay noticed it (its counters, /readyz) before it judges, and judges from outside: every
+// event id in Kafka, each key's events in commit order, and repeats only of what was not
+// confirmed when the fault began.
+//
+// The bounds tested are the ones docs/operations.md ("network faults") documents.
+//
+// Runs with WALRELAY_TEST_KAFKA=apache (CI sets it); otherwise every test skips and says so.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "tests/relay/apache_relay_fixture.h"
+#include "tests/support/toxiproxy.h"
+
+namespace walrelay::relay {
+namespace {
+
+using namespace std::chrono_literals;
+
+class NetworkFaultTest : public ApacheRelayTest {
+ protected:
+  // The server drops a replication connection silent for this long, and the relay, which
+  // reads the same setting, gives up on a silent server after it (slot/replication_connection.h).
+  std::vector<std::string> ServerSettings() const override { return {"wal_sender_timeout=10s"}; }
+
+  void SetUp() override {
+    ApacheRelayTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto proxy = testing::Toxiproxy::Shared();
+    ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+    toxiproxy_ = *proxy;
+    pg_proxy_ = "pg-" + topic_;
+    auto port = toxiproxy_->CreateProxy(pg_proxy_, "127.0.0.1:" + std::to_string(pg_->port()));
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    // Every connection of the relay to PostgreSQL (replication and SQL) crosses the proxy;
+    // the test's writers and checks do not.
+    config_.source_dsn = "host=127.0.0.1 port=" + std::to_string(*port) + " user=walrelay dbname=postgres";
+    config_.metrics_address = "127.0.0.1:0";
+  }
+
+  void TearDown() override {
+    if (toxiproxy_ != nullptr) {
+      EXPECT_TRUE(toxiproxy_->RemoveAll().ok());
+    }
+    ApacheRelayTest::TearDown();
+  }
+
+  // Each seq's copies in the topic beyond the first must come from a transaction the slot
+  // had not confirmed when the fault began (`confirmed` then): a repeat of anything older
+  // would mean the relay restarted from before its own confirmed position.
+  static void ExpectRepeatsOnlyAfter(const std::vector<kafka::testing::ConsumedRecord>& records,
+                                     Lsn confirmed) {
+    std::map<int, int> copies;
+    int repeats = 0;
+    for (const auto& r : records) {
+      if (++copies[Seq(r)] < 2) continue;
+      ++repeats;
+      const std::string text = r.Header("walrelay.position");
+      const size_t at = text.find("lsn=");
+      ASSERT_NE(at, std::string::npos) << text;
+      auto lsn = Lsn::Parse(text.substr(at + 4, text.find(';', at) - at - 4));
+      ASSERT_TRUE(lsn.has_value()) << text;
+      EXPECT_GT(*lsn, confirmed) << "seq " << Seq(r) << " repeated from before the confirmed position";
+    }
+    std::printf("[ info     ] %d repeated records, all after the confirmed position %s\n", repeats,
+                confirmed.ToString().c_str());
+  }
+
+  testing::Toxiproxy* toxiproxy_ = nullptr;
+  std::string pg_proxy_;
+};
+
+// 1 and 2. Relay <-> PostgreSQL black hole (no RST, no FIN: every byte dropped, the
+// connections left open) for 60 s while writers commit, on every connection of the relay
+// (replication and SQL). The session notices within its bound: wal_sender_timeout while it
+// reads the stream, statement_timeout (30 s) + 5 s while its thread waits for a SQL answer
+// (slot/pg_error.h ClientWaitBound), so 35 s at most here. /readyz says why no session
+// streams; reconnecting into the black hole does not hang (connect_timeout, 10 s: each
+// attempt ends and the next one is made); once the path is back it streams again: nothing
+// lost, nothing reordered, repeats only of what was not confirmed when the fault began.
+TEST_F(NetworkFaultTest, PostgresBlackHoleIsNoticedWithinItsBoundAndLosesNothing) {
+  StartRelay();
+  StartWriter();
+  std::this_thread::sleep_for(2s);
+  ASSERT_GT(relay_->stats().events_acked.load(), 0u) << "the stream was not moving before the fault";
+  const uint64_t restarts_before = relay_->stats().restarts.load();
+  const Lsn confirmed_at_fault = ConfirmedFlush();
+  const auto fault_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(toxiproxy_->BlackHole(pg_proxy_).ok());
+  auto toxics = toxiproxy_->Describe(pg_proxy_);
+  ASSERT_TRUE(toxics.ok());
+  ASSERT_NE(toxics->find("black_hole_down"), std::string::npos) << *toxics;
+
+  // Noticed: the session ends (a restart) within wal_sender_timeout plus slack.
+  while (relay_->stats().restarts.load() == restarts_before &&
+         std::chrono::steady_clock::now() - fault_at < 45s) {
+    std::this_thread::sleep_for(100ms);
+  }
+  const auto noticed_after = std::chrono::steady_clock::now() - fault_at;
+  ASSERT_GT(relay_->stats().restarts.load(), restarts_before) << "the relay never noticed the black hole";
+  EXPECT_LE(noticed_after, 37s) << "noticed after "
+                                << std::chrono::duration_cast<std::chrono::milliseconds>(noticed_after).count()
+                                << " ms; the bound is statement_timeout (30 s) + 5 s";
+  std::this_thread::sleep_for(1s);
+  const std::string readyz = Readyz();
+  EXPECT_EQ(readyz.rfind("503", 0), 0u) << readyz;
+  EXPECT_NE(readyz.find("no session streams: reconnecting"), std::string::npos) << readyz;
+  // Reconnecting into the black hole must not hang: attempts keep failing and counting.
+  const uint64_t restarts_mid = relay_->stats().restarts.load();
+  std::this_thread::sleep_for(std::chrono::seconds(60) - (std::chrono::steady_clock::now() - fault_at));
+  EXPECT_GT(relay_->stats().restarts.load(), restarts_mid)
+      << "no reconnect attempt ended during the black hole: a connect hangs on it";
+  ASSERT_EQ(relay_->stats().streaming.load(), 0) << "streaming through a black hole?";
+
+  ASSERT_TRUE(toxiproxy_->Heal(pg_proxy_).ok());
+  const auto healed_at = std::chrono::steady_clock::now();
+  while (relay_->stats().streaming.load() == 0 && std::chrono::steady_clock::now() - healed_at < 30s) {
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(relay_->stats().streaming.load(), 1) << "not streaming 30 s after the path came back";
+  std::printf("[ info     ] noticed after %lld ms, streaming again %lld ms after the path came back\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(noticed_after).count()),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - healed_at)
+                                         .count()));
+  std::this_thread::sleep_for(1s);
+  StopWriter();
+  ASSERT_FALSE(writer_failed_.load());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  const int expected = written_.load();
+  const auto records = ReadAll(expected);
+  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
+  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  EXPECT_EQ(Readyz().rfind("200", 0), 0u) << Readyz();
+}
+
+}  // namespace
+}  // namespace walrelay::relay
