@@ -176,5 +176,62 @@ TEST_F(NetworkFaultTest, PostgresResetStormLosesNothing) {
   ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
 }
 
+// 7 (cut off from PostgreSQL). A standby pair, each relay through a proxy of its own; the
+// active one is cut off from PostgreSQL (a black hole) but not from Kafka, while writers
+// commit. The server ends the active relay's walsender after wal_sender_timeout (its status
+// updates no longer arrive), which frees the slot; the standby takes it within
+// wal_sender_timeout + two standby intervals and streams from the slot's confirmed
+// position. What the design guarantees (docs/operations.md, sections 11 and 19): only the
+// slot's holder reads new events, so the cut-off relay publishes nothing it had not read
+// before the cut; the new holder republishes everything past the confirmed position in
+// commit order, so the first delivery of every event keeps its key's commit order even if
+// a late copy from the cut-off relay lands after; repeats only past the confirmed position.
+// Once the path is back, the old relay stands by.
+TEST_F(NetworkFaultTest, ActiveRelayCutOffFromPostgresIsReplacedByItsStandbyWithinTheBound) {
+  StartRelay();
+  const std::string standby_proxy = "pg-standby-" + topic_;
+  auto standby_port = toxiproxy_->CreateProxy(standby_proxy, "127.0.0.1:" + std::to_string(pg_->port()));
+  ASSERT_TRUE(standby_port.ok()) << standby_port.status().ToString();
+  RelayConfig standby_config = config_;
+  standby_config.source_dsn =
+      "host=127.0.0.1 port=" + std::to_string(*standby_port) + " user=walrelay dbname=postgres";
+  standby_config.standby_interval = 500ms;
+  Relay standby(standby_config);
+  Status standby_status;
+  std::thread standby_thread([&] { standby_status = standby.Run(); });
+  for (int i = 0; i < 300 && standby.stats().standby.load() == 0; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(standby.stats().standby.load(), 1) << "the second relay did not stand by";
+
+  StartWriter();
+  std::this_thread::sleep_for(2s);
+  ASSERT_GT(relay_->stats().events_acked.load(), 0u) << "the stream was not moving before the fault";
+  const Lsn confirmed_at_fault = ConfirmedFlush();
+  const auto cut_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(toxiproxy_->BlackHole(pg_proxy_).ok());
+  while (standby.stats().streaming.load() == 0 && std::chrono::steady_clock::now() - cut_at < 30s) {
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - cut_at;
+  ASSERT_EQ(standby.stats().streaming.load(), 1) << "the standby did not take over within 30 s";
+  std::printf("[ info     ] the standby took over %lld ms after the cut\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LE(took, 12s) << "the bound: wal_sender_timeout (10 s) + two standby intervals";
+  std::this_thread::sleep_for(3s);  // the standby streams what is committed meanwhile
+  ASSERT_TRUE(toxiproxy_->Heal(pg_proxy_).ok());
+  // The old relay notices (its bound, 35 s), reconnects and finds the slot held: it stands by.
+  for (int i = 0; i < 600 && relay_->stats().standby.load() == 0; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(relay_->stats().standby.load(), 1) << "the cut-off relay did not stand by once back";
+  EXPECT_EQ(standby.stats().streaming.load(), 1);
+  StopWriter();
+  ASSERT_FALSE(writer_failed_.load());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << standby_status.ToString();
+  const int expected = written_.load();
+  const auto records = ReadAll(expected);
+  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
+  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  standby.RequestStop();
+  standby_thread.join();
+}
+
 }  // namespace
 }  // namespace walrelay::relay
