@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <ctime>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -28,13 +30,6 @@ struct ResultDeleter {
 using Conn = std::unique_ptr<PGconn, PgDeleter>;
 using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
 
-struct KafkaDeleter {
-  void operator()(rd_kafka_t* k) const {
-    rd_kafka_consumer_close(k);
-    rd_kafka_destroy(k);
-  }
-};
-using Consumer = std::unique_ptr<rd_kafka_t, KafkaDeleter>;
 struct PartitionListDeleter {
   void operator()(rd_kafka_topic_partition_list_t* l) const {
     rd_kafka_topic_partition_list_destroy(l);
@@ -113,44 +108,58 @@ Result<int64_t> LastTimestampMs(rd_kafka_t* consumer, const char* topic, int32_t
   return ts;
 }
 
-// Reads every record of `options.topics` from the window's start (minus slack) to each
-// partition's end as of now, and COPYs them into walrelay_audit_seen.
-Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, AuditReport* report) {
+// The audit's consumer for these properties: made on first use, then reused by every later
+// audit of the process (a sidecar's rounds) and never destroyed. librdkafka 2.0.2 (Debian
+// 12's) can abort while destroying a short-lived client (rd_kafka_broker_destroy_final:
+// Assertion 'thrd_is_current(rkb->rkb_thread)', confluentinc/librdkafka#3608, open
+// upstream): a one-shot audit that destroyed its consumer died of it now and then before
+// printing its report (exit 134). Nothing is joined to a group (assign() only), so a
+// consumer left to the process's exit leaves nothing behind on the brokers.
+Result<rd_kafka_t*> ProcessConsumer(const AuditOptions& options) {
+  std::map<std::string, std::string> conf_values = options.kafka_properties;
+  conf_values["group.id"] = "walrelay-audit";  // assign() only: nothing is committed
+  conf_values["enable.auto.commit"] = "false";
+  conf_values["enable.auto.offset.store"] = "false";
+  conf_values["enable.partition.eof"] = "true";
+  conf_values["isolation.level"] = options.read_committed ? "read_committed" : "read_uncommitted";
+  static std::mutex mu;
+  static auto* consumers = new std::map<std::map<std::string, std::string>, rd_kafka_t*>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = consumers->find(conf_values); it != consumers->end()) return it->second;
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  auto set = [&](const std::string& k, const std::string& v) -> Status {
+  for (const auto& [k, v] : conf_values) {
     if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
       return InvalidArgumentError("kafka property " + k + ": " + err);
     }
-    return Status::Ok();
-  };
-  Status st = Status::Ok();
-  for (const auto& [k, v] : options.kafka_properties) {
-    if (st.ok()) st = set(k, v);
   }
-  if (st.ok()) st = set("group.id", "walrelay-audit");  // assign() only: nothing is committed
-  if (st.ok()) st = set("enable.auto.commit", "false");
-  if (st.ok()) st = set("enable.auto.offset.store", "false");
-  if (st.ok()) st = set("enable.partition.eof", "true");
-  if (st.ok()) st = set("isolation.level", options.read_committed ? "read_committed" : "read_uncommitted");
-  if (!st.ok()) {
-    rd_kafka_conf_destroy(conf);
-    return st;
-  }
-  rd_kafka_t* raw = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
-  if (raw == nullptr) {
+  rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  if (consumer == nullptr) {
     rd_kafka_conf_destroy(conf);
     return InvalidArgumentError(std::string("kafka consumer: ") + err);
   }
-  Consumer consumer(raw);
+  consumers->emplace(std::move(conf_values), consumer);
+  return consumer;
+}
+
+// Reads every record of `options.topics` from the window's start (minus slack) to each
+// partition's end as of now, and COPYs them into walrelay_audit_seen.
+Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, AuditReport* report) {
+  WALRELAY_ASSIGN_OR_RETURN(rd_kafka_t* consumer, ProcessConsumer(options));
+  // Whatever this read assigns is unassigned when it ends, however it ends.
+  struct Unassign {
+    rd_kafka_t* consumer;
+    ~Unassign() { rd_kafka_assign(consumer, nullptr); }
+  } unassign{consumer};
 
   // Partitions of each topic, and where each one ends now.
   PartitionList assignment(rd_kafka_topic_partition_list_new(16));
   std::map<std::pair<std::string, int32_t>, int64_t> end;  // (topic, partition) -> high
   for (const std::string& topic : options.topics) {
-    rd_kafka_topic_t* rkt = rd_kafka_topic_new(consumer.get(), topic.c_str(), nullptr);
+    rd_kafka_topic_t* rkt = rd_kafka_topic_new(consumer, topic.c_str(), nullptr);
     const rd_kafka_metadata_t* md = nullptr;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(consumer.get(), 0, rkt, &md, 10000);
+    rd_kafka_resp_err_t e = rd_kafka_metadata(consumer, 0, rkt, &md, 10000);
     rd_kafka_topic_destroy(rkt);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
       return UnavailableError("kafka metadata of topic " + topic + ": " + rd_kafka_err2str(e) +
@@ -166,7 +175,7 @@ Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, Aud
     }
     for (int p = 0; p < partitions; ++p) {
       int64_t low = 0, high = 0;
-      e = rd_kafka_query_watermark_offsets(consumer.get(), topic.c_str(), p, &low, &high, 10000);
+      e = rd_kafka_query_watermark_offsets(consumer, topic.c_str(), p, &low, &high, 10000);
       if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         return UnavailableError("kafka offsets of " + topic + "/" + std::to_string(p) + ": " +
                                 rd_kafka_err2str(e));
@@ -177,7 +186,7 @@ Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, Aud
     }
   }
   if (assignment->cnt > 0) {
-    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(consumer.get(), assignment.get(), 10000);
+    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(consumer, assignment.get(), 10000);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
       return UnavailableError(std::string("kafka offsets for the window's start: ") +
                               rd_kafka_err2str(e));
@@ -192,7 +201,7 @@ Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, Aud
       int64_t offset = tp.offset;
       if (offset < 0) {
         const int64_t high = end[{tp.topic, tp.partition}];
-        WALRELAY_ASSIGN_OR_RETURN(int64_t last_ms, LastTimestampMs(consumer.get(), tp.topic, tp.partition, high));
+        WALRELAY_ASSIGN_OR_RETURN(int64_t last_ms, LastTimestampMs(consumer, tp.topic, tp.partition, high));
         // -1: the last offset held no record this consumer reads (an aborted or open
         // transaction's marker): read the partition whole rather than skip it.
         if (last_ms >= 0 && last_ms < from_ms) {
@@ -208,7 +217,7 @@ Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, Aud
   }
   const size_t partitions = end.size();
   if (partitions == 0) return Status::Ok();
-  if (rd_kafka_resp_err_t e = rd_kafka_assign(consumer.get(), assignment.get());
+  if (rd_kafka_resp_err_t e = rd_kafka_assign(consumer, assignment.get());
       e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return UnavailableError(std::string("kafka assign: ") + rd_kafka_err2str(e));
   }
@@ -231,7 +240,7 @@ Status ReadKafka(const AuditOptions& options, PGconn* conn, int64_t from_ms, Aud
   auto last_progress = Clock::now();
   auto last_record = Clock::now();
   while (done < partitions) {
-    rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer.get(), 500);
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, 500);
     if (options.progress && Clock::now() - last_progress > std::chrono::seconds(5)) {
       options.progress(report->records_read, done, partitions);
       last_progress = Clock::now();

@@ -30,6 +30,7 @@
 #include "base/json.h"
 #include "base/suggest.h"
 
+#include "src/cli/crash_report.h"
 #include "src/cli/from_debezium.h"
 #include "src/cli/audit.h"
 #include "src/cli/lag.h"
@@ -303,6 +304,7 @@ int RunRedrive(const walrelay::relay::RelayConfig& config,
 }  // namespace
 
 int main(int argc, char** argv) {
+  walrelay::cli::InstallCrashReport();
 #if defined(__GLIBC__)
   // No fastbins in glibc's allocator. librdkafka allocates each record and header while
   // earlier ones wait for acks, then a request buffer large enough to make glibc merge

@@ -120,7 +120,7 @@ class AuditApacheTest : public ::testing::Test {
       *code = r.code;
       last_json_ = r.out;
       auto doc = parser_.parse(last_json_);
-      EXPECT_FALSE(doc.error()) << r.out;
+      EXPECT_FALSE(doc.error()) << "exit " << r.code << ", stdout: " << r.out << "\nstderr: " << r.err;
       if (doc.error()) return report;
       report = doc.value_unsafe();
       if (done(report)) break;

@@ -89,7 +89,7 @@ class AuditTest : public ::testing::Test {
     *code = r.code;
     last_json_ = r.out;
     auto doc = parser_.parse(last_json_);
-    EXPECT_FALSE(doc.error()) << r.out;
+    EXPECT_FALSE(doc.error()) << "exit " << r.code << ", stdout: " << r.out << "\nstderr: " << r.err;
     return doc.value_unsafe();
   }
   std::string Scalar(const std::string& sql) {
