@@ -21,7 +21,7 @@
 # The cluster: one KRaft controller (node 0) and N brokers (nodes 1..N, default 3), each its
 # own JVM with a small heap, every port a free one on 127.0.0.1. Topic defaults as in
 # production: replication factor min(3, N), min.insync.replicas=2 (1 with one broker),
-# auto.create.topics.enable=false. Two listeners per broker:
+# auto.create.topics.enable=false. Listeners of each broker:
 #   PLAINTEXT  bootstrap=...       no authentication (principal ANONYMOUS, a super user):
 #                                  what the tests use unless they test security
 #   SASL_SSL   bootstrap_sasl=...  SCRAM-SHA-512 or PLAIN over TLS, the broker's certificate
@@ -31,6 +31,12 @@
 #                                  privileges (docs/operations.md); passwords in DIR/users.env
 #   SSL        bootstrap_mtls=...  mutual TLS: the client's certificate is its identity
 #                                  (CN=walrelay is User:walrelay; client_cert, client_key)
+#   PROXIED    proxied=N:P:Q,...   PLAINTEXT on port Q of broker N, advertised as port P,
+#                                  where nothing listens until a proxy (a test's Toxiproxy,
+#                                  tests/support/toxiproxy.h) forwards P to Q: clients that
+#                                  bootstrap at the P ports reach every broker through its
+#                                  proxy, so each broker's client traffic can be faulted on
+#                                  its own (inter-broker traffic never crosses a proxy)
 # `start` waits until the brokers answer metadata with every broker (60 s at most here),
 # then prints the settings (the same lines as `env`), bootstrap=HOST:PORT,... last.
 # With --owner PID (or WALRELAY_KAFKA_OWNER), a watcher stops the cluster when PID exits:
@@ -164,15 +170,17 @@ cmd_start() {
     mkdir -p "$DIR"
     DIR=$(cd "$DIR" && pwd)
     local ports
-    read -r -a ports <<<"$(free_ports $((1 + 3 * brokers)))"
+    read -r -a ports <<<"$(free_ports $((1 + 5 * brokers)))"
     BROKERS=$brokers
     CONTROLLER_PORT=${ports[0]}
-    PLAIN_PORTS="" SASL_PORTS="" MTLS_PORTS=""
+    PLAIN_PORTS="" SASL_PORTS="" MTLS_PORTS="" PROXIED_PORTS="" PROXY_PORTS=""
     local i
     for i in $(seq 1 "$brokers"); do
       PLAIN_PORTS+="${ports[$((2 * i - 1))]} "
       SASL_PORTS+="${ports[$((2 * i))]} "
       MTLS_PORTS+="${ports[$((2 * brokers + i))]} "
+      PROXIED_PORTS+="${ports[$((3 * brokers + i))]} "
+      PROXY_PORTS+="${ports[$((4 * brokers + i))]} "
     done
     CLUSTER_ID=$(ktool kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
     KEYSTORE_PASSWORD=$(random_secret)
@@ -184,6 +192,8 @@ CONTROLLER_PORT=$CONTROLLER_PORT
 PLAIN_PORTS="${PLAIN_PORTS% }"
 SASL_PORTS="${SASL_PORTS% }"
 MTLS_PORTS="${MTLS_PORTS% }"
+PROXIED_PORTS="${PROXIED_PORTS% }"
+PROXY_PORTS="${PROXY_PORTS% }"
 CLUSTER_ID=$CLUSTER_ID
 KEYSTORE_PASSWORD=$KEYSTORE_PASSWORD
 KAFKA_VERSION=$KAFKA_VERSION
@@ -261,16 +271,18 @@ EOF
   local i plain sasl
   read -r -a plain <<<"$PLAIN_PORTS"
   read -r -a sasl <<<"$SASL_PORTS"
-  local mtls
+  local mtls proxied proxy
   read -r -a mtls <<<"$MTLS_PORTS"
+  read -r -a proxied <<<"$PROXIED_PORTS"
+  read -r -a proxy <<<"$PROXY_PORTS"
   for i in $(seq 1 "$BROKERS"); do
     mkdir -p "$DIR/broker-$i"
     cat >"$DIR/broker-$i/server.properties" <<EOF
 process.roles=broker
 node.id=$i
-listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]},SSL://localhost:${mtls[$((i - 1))]}
-advertised.listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]},SSL://localhost:${mtls[$((i - 1))]}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]},SSL://localhost:${mtls[$((i - 1))]},PROXIED://127.0.0.1:${proxied[$((i - 1))]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${plain[$((i - 1))]},SASL_SSL://localhost:${sasl[$((i - 1))]},SSL://localhost:${mtls[$((i - 1))]},PROXIED://127.0.0.1:${proxy[$((i - 1))]}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT
 listener.name.ssl.ssl.client.auth=required
 listener.name.ssl.ssl.truststore.type=PEM
 listener.name.ssl.ssl.truststore.location=$DIR/tls/ca.pem
@@ -460,6 +472,11 @@ cmd_env() {
   echo "bootstrap_mtls=$(mtls_bootstrap)"
   echo "client_cert=$DIR/tls/walrelay.pem"
   echo "client_key=$DIR/tls/walrelay.key"
+  local proxied=() proxy=() i list=""
+  read -r -a proxied <<<"${PROXIED_PORTS:-}"
+  read -r -a proxy <<<"${PROXY_PORTS:-}"
+  for i in "${!proxied[@]}"; do list+="$((i + 1)):${proxy[$i]}:${proxied[$i]},"; done
+  echo "proxied=${list%,}"
   echo "bootstrap=$(plain_bootstrap)"
 }
 

@@ -287,5 +287,35 @@ TEST(AckTrackerTest, MillionEventTransactionIsConstantMemory) {
   EXPECT_EQ(t.FlushLsn(), Lsn(1));
 }
 
+// Front(): unchanged while the oldest transaction's events go unacknowledged, even as later
+// transactions' events are acked (a broker only the relay cannot reach); changed by an ack
+// of the front or by its flush; not waiting once the front has nothing unacked.
+TEST(AckTrackerTest, FrontProgressIgnoresAcksOfLaterTransactions) {
+  AckTracker t;
+  EXPECT_FALSE(t.Front().waiting);
+  auto tx1 = t.BeginTransaction();
+  const auto stuck = t.AddEvent(tx1);
+  const auto other = t.AddEvent(tx1);
+  t.CommitTransaction(tx1, Lsn(100));
+  auto tx2 = t.BeginTransaction();
+  const auto later = t.AddEvent(tx2);
+  t.CommitTransaction(tx2, Lsn(200));
+  const AckTracker::FrontProgress before = t.Front();
+  EXPECT_TRUE(before.waiting);
+  t.Ack(later);  // another partition's event: the confirmed position is still held
+  EXPECT_EQ(t.Front(), before);
+  t.Ack(other);  // the front moves on
+  const AckTracker::FrontProgress after_other = t.Front();
+  EXPECT_NE(after_other, before);
+  EXPECT_TRUE(after_other.waiting);
+  t.Ack(stuck);
+  EXPECT_EQ(t.FlushLsn(), Lsn(200));
+  EXPECT_FALSE(t.Front().waiting);
+  // An open transaction whose events are all acked is not waiting for Kafka.
+  auto tx3 = t.BeginTransaction();
+  t.Ack(t.AddEvent(tx3));
+  EXPECT_FALSE(t.Front().waiting);
+}
+
 }  // namespace
 }  // namespace walrelay::relay

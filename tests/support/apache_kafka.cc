@@ -157,6 +157,15 @@ Result<ApacheKafka*> ApacheKafka::Shared() {
   cluster->client_cert_ = kv["client_cert"];
   cluster->client_key_ = kv["client_key"];
   cluster->brokers_ = std::atoi(kv["brokers"].c_str());
+  {
+    std::stringstream list(kv["proxied"]);  // N:P:Q,...
+    for (std::string item; std::getline(list, item, ',');) {
+      ProxiedListener l;
+      if (std::sscanf(item.c_str(), "%d:%d:%d", &l.broker, &l.proxy_port, &l.port) == 3) {
+        cluster->proxied_.push_back(l);
+      }
+    }
+  }
   if (cluster->bootstrap_.empty() || cluster->brokers_ < 1) {
     return InternalError("kafka.sh start printed no bootstrap line: " + out);
   }

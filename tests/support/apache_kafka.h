@@ -46,6 +46,15 @@ class ApacheKafka {
   const std::string& client_cert_path() const { return client_cert_; }
   const std::string& client_key_path() const { return client_key_; }
   const std::string& admin_password() const { return admin_password_; }
+  // Each broker's PROXIED listener (kafka.sh): PLAINTEXT on `port`, advertised as
+  // `proxy_port`, where a test's proxy must listen and forward to `port`; clients that
+  // bootstrap at the proxy ports then reach every broker through its own proxy.
+  struct ProxiedListener {
+    int broker = 0;
+    int proxy_port = 0;
+    int port = 0;
+  };
+  const std::vector<ProxiedListener>& proxied_listeners() const { return proxied_; }
 
   // A topic name no other test uses: "<prefix>.<n>.<pid>".
   std::string UniqueTopic(const std::string& prefix);
@@ -99,6 +108,7 @@ class ApacheKafka {
   int topics_made_ = 0;
   std::string bootstrap_, bootstrap_sasl_, ca_, other_ca_, walrelay_password_, admin_password_;
   std::string bootstrap_mtls_, client_cert_, client_key_;
+  std::vector<ProxiedListener> proxied_;
 };
 
 }  // namespace walrelay::testing

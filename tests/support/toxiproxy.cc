@@ -65,12 +65,14 @@ Result<std::string> Toxiproxy::Request(const std::string& method, const std::str
   return r->body;
 }
 
-Result<int> Toxiproxy::CreateProxy(const std::string& name, const std::string& upstream) {
+Result<int> Toxiproxy::CreateProxy(const std::string& name, const std::string& upstream,
+                                   int listen_port) {
+  (void)Request("DELETE", "/proxies/" + name, "");  // 404 when there is none
   WALRELAY_ASSIGN_OR_RETURN(
       std::string body,
       Request("POST", "/proxies",
-              "{\"name\":\"" + name + "\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"" + upstream +
-                  "\",\"enabled\":true}"));
+              "{\"name\":\"" + name + "\",\"listen\":\"127.0.0.1:" + std::to_string(listen_port) +
+                  "\",\"upstream\":\"" + upstream + "\",\"enabled\":true}"));
   std::smatch m;
   if (!std::regex_search(body, m, std::regex(R"re("listen":"[0-9.]+:(\d+)")re"))) {
     return InternalError("toxiproxy: no listen port in " + body);

@@ -27,9 +27,10 @@ class Toxiproxy {
   // The program's server; errors say what failed (go missing, the module proxy refused).
   static Result<Toxiproxy*> Shared();
 
-  // A proxy named `name` listening on a free port of 127.0.0.1, forwarding to
-  // `upstream` ("host:port"). Returns the port it listens on.
-  Result<int> CreateProxy(const std::string& name, const std::string& upstream);
+  // A proxy named `name` listening on `listen_port` of 127.0.0.1 (0: a free port),
+  // forwarding to `upstream` ("host:port"); one of that name made before is replaced.
+  // Returns the port it listens on.
+  Result<int> CreateProxy(const std::string& name, const std::string& upstream, int listen_port = 0);
 
   // A toxic on `proxy`: `type` (latency, bandwidth, timeout, reset_peer, slicer,
   // limit_data, slow_close), `stream` ("upstream": client to server, or "downstream"), and

@@ -85,6 +85,22 @@ class AckTracker {
   // Transactions open or committed but not yet flushable.
   size_t PendingTransactions() const { return txs_.size(); }
 
+  // The oldest unflushed transaction's progress: which one it is and how many of its events
+  // were acked. While it has unacked events (`waiting`), a value that stays the same means
+  // the confirmed position is held by events Kafka does not acknowledge, even while later
+  // transactions' events (other partitions, other brokers) are acknowledged: the pipeline's
+  // "waiting for Kafka" clock (Pipeline::NoteKafkaWait) restarts whenever it changes.
+  struct FrontProgress {
+    Tx front = 0;
+    uint64_t acked = 0;
+    bool waiting = false;  // the front transaction has unacked events
+    friend bool operator==(const FrontProgress&, const FrontProgress&) = default;
+  };
+  FrontProgress Front() const {
+    if (txs_.empty()) return {first_seq_, 0, false};
+    return {first_seq_, txs_.front().events - txs_.front().pending, txs_.front().pending > 0};
+  }
+
   // Forgets everything in flight (after a teardown, before streaming restarts from the
   // slot). The flush LSN is kept: it was confirmed and stays a lower bound; sequences keep
   // counting so stale tokens from the old producer cannot match new transactions.

@@ -337,11 +337,13 @@ void Pipeline::RetireAcked() {
 }
 
 void Pipeline::NoteKafkaWait() {
-  const uint64_t reports = stats_.events_acked.load(std::memory_order_relaxed) +
-                           stats_.events_dead_lettered.load(std::memory_order_relaxed);
+  // The wait is measured on the oldest unconfirmed transaction, not on all acks: a broker
+  // that only the relay cannot reach holds the confirmed position while the other brokers'
+  // partitions are still acknowledged (NetworkFaultTest.OneBrokerBlackHoled...).
+  const AckTracker::FrontProgress progress = tracker_.Front();
   const auto now = Clock::now();
-  if (tracker_.InFlightEvents() == 0 || reports != reports_at_wait_) {
-    reports_at_wait_ = reports;
+  if (!progress.waiting || progress != progress_at_wait_) {
+    progress_at_wait_ = progress;
     quiet_since_ = now;
     if (wait_logged_) {
       spdlog::info("Kafka acknowledges again; the events that waited are delivered and "
@@ -363,11 +365,12 @@ void Pipeline::NoteKafkaWait() {
   if (!wait_logged_ && now - quiet_since_ >= kKafkaWaitIsNews) {
     wait_logged_ = true;
     spdlog::warn(
-        "waiting for Kafka: {} events sent have had no acknowledgement for {} s (brokers "
-        "down or unreachable, or fewer in-sync replicas than the topic's "
-        "min.insync.replicas). Nothing is lost: nothing past them is confirmed, the slot "
-        "keeps them, and they are delivered once Kafka acknowledges",
-        tracker_.InFlightEvents(), kKafkaWaitIsNews.count());
+        "waiting for Kafka: the oldest unconfirmed transaction's events have had no "
+        "acknowledgement for {} s ({} events in flight in all; brokers down or unreachable "
+        "from here, or fewer in-sync replicas than the topic's min.insync.replicas). Nothing "
+        "is lost: nothing past them is confirmed, the slot keeps them, and they are delivered "
+        "once Kafka acknowledges",
+        kKafkaWaitIsNews.count(), tracker_.InFlightEvents());
   }
 }
 

@@ -389,7 +389,7 @@ class Pipeline {
   // stats_.kafka_waiting_since_us, and the log lines when a wait starts being news and
   // when it ends.
   void NoteKafkaWait();
-  uint64_t reports_at_wait_ = 0;  // acked + dead-lettered when the wait was last reset
+  AckTracker::FrontProgress progress_at_wait_;  // when the wait was last reset
   std::chrono::steady_clock::time_point quiet_since_;
   bool wait_logged_ = false;
   int64_t tx_commit_time_us_ = 0;

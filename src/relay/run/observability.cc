@@ -228,12 +228,12 @@ Status Relay::StartObservability() {
       if (const double waited = SecondsSince(stats_.kafka_waiting_since_us);
           waited >= static_cast<double>(kKafkaWaitIsNews.count())) {
         return UnavailableError(
-            "waiting for Kafka: " + std::to_string(stats_.in_flight_events.load()) +
-            " events sent have had no acknowledgement for " +
-            std::to_string(static_cast<int64_t>(waited)) +
-            " s (brokers down or unreachable, or fewer in-sync replicas than the topic's "
-            "min.insync.replicas); nothing is lost, nothing past them is confirmed, and they "
-            "are delivered once Kafka acknowledges");
+            "waiting for Kafka: the oldest unconfirmed transaction's events have had no "
+            "acknowledgement for " + std::to_string(static_cast<int64_t>(waited)) + " s (" +
+            std::to_string(stats_.in_flight_events.load()) +
+            " events in flight in all; brokers down or unreachable from here, or fewer in-sync "
+            "replicas than the topic's min.insync.replicas); nothing is lost, nothing past them "
+            "is confirmed, and they are delivered once Kafka acknowledges");
       }
       const SlotState state = obs_->guard->state();
       if (SlotStateSeverity(state) >= 2) {
