@@ -570,6 +570,14 @@ std::vector<OptionSpec> BuildRunOptions() {
                      "often this one tries to take it (+-20% jitter); it takes over within about "
                      "two intervals of the active one stopping, and says standby in /readyz.",
                      &RelayConfig::standby_interval));
+  o.push_back(Millis("flow.kafka_wait_yield_ms",
+                     "When the oldest unconfirmed transaction has had no acknowledgement from "
+                     "Kafka for this long (Kafka unreachable from this relay), end the session, "
+                     "let go of the slot and wait three standby intervals before trying it "
+                     "again, so that the other relay of a pair, if it reaches Kafka, takes "
+                     "over. What was not confirmed is published again by whichever relay "
+                     "streams next. 0 = hold the slot and wait for Kafka however long.",
+                     &RelayConfig::kafka_wait_yield));
   o.push_back(Millis("flow.heartbeat_interval_ms",
                      "Emit a heartbeat (non-transactional logical message, never published) "
                      "this often; it measures end-to-end lag and keeps an idle database's slot "

@@ -248,6 +248,82 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromPostgresIsReplacedByItsStandbyWith
   standby_thread.join();
 }
 
+// 7 (cut off from Kafka). A standby pair: the active relay reaches the brokers through
+// proxies of its own, the standby directly; the active one is cut off from every broker (a
+// black hole) but not from PostgreSQL, while writers commit. Nothing frees the slot on the
+// database's side: the active relay holds it, so without flow.kafka_wait_yield_ms the pair
+// would wait for the path however long. With it (8 s here, 120 s by default), the active
+// relay ends its session once the oldest unconfirmed transaction has had no
+// acknowledgement that long, and leaves the slot free for three standby intervals: the
+// standby takes it within the yield + about one standby interval, republishes everything
+// past the confirmed position in commit order, and the old relay stands by once it tries
+// the slot again. Records the cut-off relay had in flight were dropped by the black hole;
+// had the network only delayed them, they would land later as repeats, never ahead of their
+// key's earlier events (each relay publishes a key's events in commit order).
+TEST_F(NetworkFaultTest, ActiveRelayCutOffFromKafkaLetsGoOfTheSlotAndItsStandbyTakesOver) {
+  UseProxiedKafka();
+  config_.standby_interval = 500ms;
+  config_.kafka_wait_yield = 8s;
+  StartRelay();
+  RelayConfig standby_config = config_;
+  standby_config.bootstrap_servers = cluster_->bootstraps();  // not through the proxies
+  standby_config.source_dsn =
+      "host=127.0.0.1 port=" + std::to_string(pg_->port()) + " user=walrelay dbname=postgres";
+  standby_config.metrics_address.clear();
+  Relay standby(standby_config);
+  Status standby_status;
+  std::thread standby_thread([&] { standby_status = standby.Run(); });
+  struct StopStandby {  // also when an assertion ends the test early
+    Relay& relay;
+    std::thread& thread;
+    ~StopStandby() {
+      relay.RequestStop();
+      thread.join();
+    }
+  } stop_standby{standby, standby_thread};
+  for (int i = 0; i < 300 && standby.stats().standby.load() == 0; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(standby.stats().standby.load(), 1) << "the second relay did not stand by";
+
+  StartWriter();
+  std::this_thread::sleep_for(2s);
+  ASSERT_GT(relay_->stats().events_acked.load(), 0u) << "the stream was not moving before the fault";
+  const Lsn confirmed_at_fault = ConfirmedFlush();
+  const auto cut_at = std::chrono::steady_clock::now();
+  for (const auto& l : cluster_->proxied_listeners()) {
+    ASSERT_TRUE(toxiproxy_->BlackHole("kafka-" + std::to_string(l.broker)).ok());
+  }
+  std::this_thread::sleep_for(6s);
+  // The premise: the active relay noticed the wait and still held the slot.
+  const std::string readyz = Readyz();
+  EXPECT_NE(readyz.find("waiting for Kafka"), std::string::npos) << readyz;
+  EXPECT_EQ(standby.stats().streaming.load(), 0) << "taken over before the yield";
+  while (standby.stats().streaming.load() == 0 && std::chrono::steady_clock::now() - cut_at < 40s) {
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - cut_at;
+  ASSERT_EQ(standby.stats().streaming.load(), 1) << "the standby did not take over within 40 s";
+  EXPECT_EQ(relay_->stats().kafka_wait_yields.load(), 1u) << "the active relay did not let go of the slot";
+  std::printf("[ info     ] the standby took over %lld ms after the cut\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LE(took, 11s) << "the bound: flow.kafka_wait_yield_ms (8 s) + a standby interval, and "
+                          "the time to end the session";
+  std::this_thread::sleep_for(3s);  // the standby streams what is committed meanwhile
+  // The old relay, trying the slot again after its three intervals, finds it held.
+  for (int i = 0; i < 100 && relay_->stats().standby.load() == 0; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(relay_->stats().standby.load(), 1) << "the cut-off relay did not stand by";
+  for (const auto& l : cluster_->proxied_listeners()) {
+    ASSERT_TRUE(toxiproxy_->Heal("kafka-" + std::to_string(l.broker)).ok());
+  }
+  EXPECT_EQ(standby.stats().streaming.load(), 1);
+  StopWriter();
+  ASSERT_FALSE(writer_failed_.load());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << standby_status.ToString();
+  const int expected = written_.load();
+  const auto records = ReadAll(expected);
+  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
+  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+}
+
 // 3. Relay <-> one broker black hole (the leader of some partitions; the brokers among
 // themselves unaffected, so it stays their leader) for 30 s while writers commit: the
 // events of the other brokers' partitions are acknowledged throughout, the slot's confirmed

@@ -286,11 +286,12 @@ Status RelayConfig::Validate() const {
   }
   if (status_interval.count() < 10 || reconnect_min.count() < 1 || reconnect_max < reconnect_min ||
       shutdown_timeout.count() < 0 || kafka_topic_error_timeout.count() < 0 ||
-      standby_interval.count() < 10) {
+      standby_interval.count() < 10 ||
+      (kafka_wait_yield.count() != 0 && kafka_wait_yield.count() < 1000)) {
     return InvalidArgumentError(
         "timing options out of range: status interval >= 10 ms, 1 <= reconnect-min <= "
         "reconnect-max, shutdown timeout, heartbeat interval >= 0, "
-        "guard interval >= 100 ms, standby interval >= 10 ms");
+        "guard interval >= 100 ms, standby interval >= 10 ms, kafka wait yield 0 or >= 1000 ms");
   }
   if (exactly_once) {
     if (source_mode == SourceMode::kPoll) {

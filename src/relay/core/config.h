@@ -243,6 +243,12 @@ struct RelayConfig {
   // While another process reads the slot (an active relay), how often a standby relay
   // tries to take it (with +-20% jitter); it takes over within about two intervals.
   std::chrono::milliseconds standby_interval{1000};
+  // When the oldest unconfirmed transaction's events have had no acknowledgement from Kafka
+  // for this long, the relay ends its session, lets go of the slot and waits three standby
+  // intervals before it tries the slot again, so that the other relay of a pair, which may
+  // still reach Kafka, takes over (docs/operations.md section 19). 0 = wait for Kafka
+  // however long, holding the slot.
+  std::chrono::milliseconds kafka_wait_yield{120'000};
 
   // --- failure handling
   std::string dead_letter_table = "walrelay_dead_letter";

@@ -38,6 +38,11 @@ inline constexpr MetricName kReceivedBytes{"walrelay_received_bytes_total",
                                            "pgoutput payload bytes received from the slot."};
 inline constexpr MetricName kRestarts{"walrelay_restarts_total",
                                       "Sessions torn down and restarted from confirmed_flush_lsn."};
+inline constexpr MetricName kKafkaWaitYields{
+    "walrelay_kafka_wait_yields_total",
+    "Sessions ended because Kafka acknowledged nothing of the oldest unconfirmed transaction "
+    "for flow.kafka_wait_yield_ms; each let go of the slot so that a standby could take "
+    "over."};
 inline constexpr MetricName kInFlightEvents{"walrelay_in_flight_events",
                                             "Events produced and not yet acknowledged."};
 inline constexpr MetricName kInFlightBytes{"walrelay_in_flight_bytes",

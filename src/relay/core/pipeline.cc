@@ -336,7 +336,7 @@ void Pipeline::RetireAcked() {
   PublishOldestPending();
 }
 
-void Pipeline::NoteKafkaWait() {
+Status Pipeline::NoteKafkaWait() {
   // The wait is measured on the oldest unconfirmed transaction, not on all acks: a broker
   // that only the relay cannot reach holds the confirmed position while the other brokers'
   // partitions are still acknowledged (NetworkFaultTest.OneBrokerBlackHoled...).
@@ -353,7 +353,7 @@ void Pipeline::NoteKafkaWait() {
     if (stats_.kafka_waiting_since_us.load(std::memory_order_relaxed) != 0) {
       stats_.kafka_waiting_since_us.store(0, std::memory_order_relaxed);
     }
-    return;
+    return Status::Ok();
   }
   if (stats_.kafka_waiting_since_us.load(std::memory_order_relaxed) == 0) {
     const auto quiet = std::chrono::duration_cast<std::chrono::microseconds>(now - quiet_since_);
@@ -372,6 +372,18 @@ void Pipeline::NoteKafkaWait() {
         "once Kafka acknowledges",
         kKafkaWaitIsNews.count(), tracker_.InFlightEvents());
   }
+  if (config_.kafka_wait_yield.count() > 0 && now - quiet_since_ >= config_.kafka_wait_yield) {
+    yielded_ = true;
+    return UnavailableError(fmt::format(
+        "Kafka unreachable from this relay: the oldest unconfirmed transaction's events had "
+        "no acknowledgement for {} s (flow.kafka_wait_yield_ms); letting go of the slot so "
+        "that a standby relay that reaches Kafka can take over. Nothing is lost: the {} "
+        "events in flight are not confirmed and are published again by whichever relay "
+        "streams next",
+        std::chrono::duration_cast<std::chrono::seconds>(config_.kafka_wait_yield).count(),
+        tracker_.InFlightEvents()));
+  }
+  return Status::Ok();
 }
 
 void Pipeline::PublishOldestPending() {
@@ -746,7 +758,7 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
     sink_.Poll(milliseconds(0));
     if (!delivery_failure_.ok()) return delivery_failure_;
     RetireAcked();
-    NoteKafkaWait();
+    WALRELAY_RETURN_IF_ERROR(NoteKafkaWait());
     reach_.Check();
     WALRELAY_RETURN_IF_ERROR(sink_.Fatal());
     stats_.in_flight_events.store(tracker_.InFlightEvents(), std::memory_order_relaxed);

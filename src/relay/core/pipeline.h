@@ -255,6 +255,9 @@ class Pipeline {
 
   // Exactly-once mode: a Kafka transaction is open (records produced, not committed).
   bool kafka_transaction_open() const { return kafka_tx_open_; }
+  // Run() ended because Kafka acknowledged nothing of the oldest unconfirmed transaction
+  // for config.kafka_wait_yield: the relay lets go of the slot for a while.
+  bool yielded() const { return yielded_; }
 
   // All references must outlive the Pipeline. The Pipeline sets itself as the sink's
   // delivery handler and clears it again when destroyed, so a sink that outlives it (and
@@ -387,8 +390,9 @@ class Pipeline {
   void DeadLetterRecord(uint64_t cookie, const kafka::DeliveredRecord& record,
                         const std::string& reason);
   // stats_.kafka_waiting_since_us, and the log lines when a wait starts being news and
-  // when it ends.
-  void NoteKafkaWait();
+  // when it ends. Past config_.kafka_wait_yield, an error that ends the session (yielded()).
+  Status NoteKafkaWait();
+  bool yielded_ = false;
   AckTracker::FrontProgress progress_at_wait_;  // when the wait was last reset
   std::chrono::steady_clock::time_point quiet_since_;
   bool wait_logged_ = false;

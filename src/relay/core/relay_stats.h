@@ -36,6 +36,8 @@ struct RelayStats {
   std::atomic<uint64_t> skipped_other_tables{0};  // INSERTs into tables that are not outboxes
   std::atomic<uint64_t> bytes_received{0};        // pgoutput payload bytes
   std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted
+  // Sessions ended because Kafka acknowledged nothing for flow.kafka_wait_yield_ms.
+  std::atomic<uint64_t> kafka_wait_yields{0};
   std::atomic<uint64_t> in_flight_events{0};      // gauge
   std::atomic<uint64_t> in_flight_bytes{0};       // gauge
   std::atomic<uint64_t> flush_lsn{0};             // gauge: last confirmed position

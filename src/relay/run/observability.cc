@@ -51,6 +51,7 @@ Status Relay::StartObservability() {
   counter(mn::kTransactions, stats_.transactions);
   counter(mn::kReceivedBytes, stats_.bytes_received);
   counter(mn::kRestarts, stats_.restarts);
+  counter(mn::kKafkaWaitYields, stats_.kafka_wait_yields);
   counter(mn::kHeartbeatsSent, stats_.heartbeats_sent);
   counter(mn::kHeartbeatsReceived, stats_.heartbeats);
   counter(mn::kSlotRecoveries, stats_.slot_recoveries);

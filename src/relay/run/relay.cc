@@ -172,6 +172,7 @@ Status Relay::Run() {
   std::mt19937_64 rng(std::random_device{}());
   milliseconds backoff = config_.reconnect_min;
   bool checked = false;
+  bool yielded = false;  // the last session let go of the slot (Session::yielded)
   Status result;
   while (!stop_.load()) {
     Status st;
@@ -200,6 +201,7 @@ Status Relay::Run() {
       }
       std::optional<int> standby_for;
       std::string standby_holder;
+      yielded = false;
       if (st.ok()) {
         Session session(*this);
         st = session.Start();
@@ -209,6 +211,7 @@ Status Relay::Run() {
           const auto streaming_since = Clock::now();
           st = session.Stream();
           if (st.ok()) break;  // stopped on request
+          yielded = session.yielded();
           if (session.fenced()) {
             // Exactly-once mode: another relay initialised the stream's transactional.id
             // (it took the slot over while this one was paused or cut off). Nothing this
@@ -273,11 +276,22 @@ Status Relay::Run() {
     stats_.SetLastSessionError(st.ToString());
     milliseconds delay(
         std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
-    spdlog::warn("{} failed: {}; {} in {} ms", poll ? "poll session" : "session", st.ToString(),
-                 poll ? "rolled back (its rows stay unpublished and are published again: "
-                        "consumers may see duplicates, nothing is lost); restarting"
-                      : "restarting from the slot's confirmed position",
-                 delay.count());
+    if (yielded) {
+      // Kafka unreachable from here (flow.kafka_wait_yield_ms): the slot is free; a standby
+      // tries it at least once per 1.2 standby intervals, so three leave it the first try.
+      stats_.kafka_wait_yields.fetch_add(1, std::memory_order_relaxed);
+      delay = 3 * config_.standby_interval;
+      spdlog::warn("{}; the slot is free for {} ms (three standby intervals), then this relay "
+                   "tries it again (and stands by if another relay took it)",
+                   st.message(), delay.count());
+    } else {
+      spdlog::warn("{} failed: {}; {} in {} ms", poll ? "poll session" : "session",
+                   st.ToString(),
+                   poll ? "rolled back (its rows stay unpublished and are published again: "
+                          "consumers may see duplicates, nothing is lost); restarting"
+                        : "restarting from the slot's confirmed position",
+                   delay.count());
+    }
     backoff = std::min(backoff * 2, config_.reconnect_max);
     for (auto until = Clock::now() + delay; Clock::now() < until && !stop_.load();) {
       std::this_thread::sleep_for(milliseconds(20));

@@ -48,6 +48,9 @@ class Relay::Session {
   // Exactly-once mode: a newer producer of the stream's transactional.id fenced this
   // session's (a relay that took over); it stands down instead of retrying.
   bool fenced() const { return sink_ != nullptr && sink_->Fenced(); }
+  // Stream() ended because Kafka acknowledged nothing for flow.kafka_wait_yield_ms
+  // (Pipeline::yielded): the relay lets go of the slot for three standby intervals.
+  bool yielded() const { return pipeline_ != nullptr && pipeline_->yielded(); }
   // The batch limit under which the broker refused a batch of several records, or 0.
   int64_t refused_batch_limit() const {
     return sink_ ? sink_->producer().refused_batch_limit() : 0;
