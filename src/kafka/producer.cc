@@ -165,6 +165,7 @@ StatusCode StatusCodeForKafkaError(int code) {
 Producer::Producer(DeliveryCallback on_delivery, const ProducerOptions& options)
     : on_delivery_(std::move(on_delivery)),
       on_client_error_(options.on_client_error),
+      transport_errors_(options.transport_errors),
       queue_full_timeout_(options.queue_full_timeout),
       stop_on_failure_(options.stop_on_failure),
       transactional_(!options.transactional_id.empty()),
@@ -482,6 +483,9 @@ void Producer::HandleError(int err, const char* reason) {
                   st.message(), tls ? "ssl.*" : "security.protocol and sasl.*");
     if (on_client_error_) on_client_error_(st);
     return;
+  }
+  if (err == RD_KAFKA_RESP_ERR__TRANSPORT && transport_errors_ != nullptr) {
+    transport_errors_->fetch_add(1, std::memory_order_relaxed);
   }
   if (err == RD_KAFKA_RESP_ERR__FATAL) {
     spdlog::error("kafka producer fatal error reported: {}", reason);

@@ -45,6 +45,7 @@
 // The callback must not call back into the Producer.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -126,6 +127,10 @@ struct ProducerOptions {
   // message is librdkafka's reason (it names the broker, never a property's value).
   // Optional.
   std::function<void(const Status&)> on_client_error;
+  // Counts the connection failures librdkafka reports (RD_KAFKA_RESP_ERR__TRANSPORT: a
+  // broker connection refused, reset, timed out or closed); it reconnects by itself.
+  // Optional; must outlive the producer.
+  std::atomic<uint64_t>* transport_errors = nullptr;
   // Non-empty: a transactional producer with this transactional.id (exactly-once mode).
   // InitTransactions() must be called once before the first transaction; records may then
   // only be produced between BeginTransaction() and CommitTransaction() or
@@ -267,6 +272,7 @@ class Producer {
   int wake_fd_ = -1;  // eventfd written by librdkafka when its main queue gets an event
   DeliveryCallback on_delivery_;
   std::function<void(const Status&)> on_client_error_;
+  std::atomic<uint64_t>* transport_errors_ = nullptr;
   std::chrono::milliseconds queue_full_timeout_;
   bool stop_on_failure_ = true;
   int64_t max_message_bytes_ = 0;

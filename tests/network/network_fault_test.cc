@@ -191,6 +191,52 @@ TEST_F(NetworkFaultTest, PostgresResetStormLosesNothing) {
   ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
 }
 
+// 5 (Kafka side). Reset storm: every 3.5 s for about 30 s, every connection of the relay
+// to every broker is reset (RST) as data crosses it, for half a second, while writers
+// commit. librdkafka reconnects by itself and retries what was in flight with the idempotent
+// producer's sequence numbers, so no session has to restart; through the storm nothing is
+// lost or reordered, the confirmed position never passes an unacknowledged event, and only
+// unconfirmed events may repeat.
+TEST_F(NetworkFaultTest, KafkaResetStormLosesNothing) {
+  UseProxiedKafka();
+  StartRelay();
+  StartWriter();
+  std::this_thread::sleep_for(2s);
+  ASSERT_GT(relay_->stats().events_acked.load(), 0u) << "the stream was not moving before the fault";
+  const uint64_t errors_before = relay_->stats().kafka_transport_errors.load();
+  const Lsn confirmed_at_fault = ConfirmedFlush();
+  constexpr int kResets = 8;
+  for (int i = 0; i < kResets; ++i) {
+    for (const auto& l : cluster_->proxied_listeners()) {
+      ASSERT_TRUE(toxiproxy_->AddToxic("kafka-" + std::to_string(l.broker), "reset", "reset_peer",
+                                       "downstream", "\"timeout\":0")
+                      .ok());
+    }
+    std::this_thread::sleep_for(500ms);
+    for (const auto& l : cluster_->proxied_listeners()) {
+      ASSERT_TRUE(toxiproxy_->RemoveToxic("kafka-" + std::to_string(l.broker), "reset").ok());
+    }
+    std::this_thread::sleep_for(3s);
+  }
+  const uint64_t errors = relay_->stats().kafka_transport_errors.load() - errors_before;
+  std::printf("[ info     ] %d reset windows: %llu broker connection failures, %llu session restarts\n",
+              kResets, static_cast<unsigned long long>(errors),
+              static_cast<unsigned long long>(relay_->stats().restarts.load()));
+  // The premise: the resets reached the producer's connections.
+  ASSERT_GE(errors, static_cast<uint64_t>(kResets)) << "the resets did not reach the producer";
+  const uint64_t acked = relay_->stats().events_acked.load();
+  std::this_thread::sleep_for(2s);
+  EXPECT_GT(relay_->stats().events_acked.load(), acked) << "not acknowledged again after the storm";
+  StopWriter();
+  ASSERT_FALSE(writer_failed_.load());
+  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
+  const int expected = written_.load();
+  const auto records = ReadAll(expected);
+  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
+  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  EXPECT_EQ(Readyz().rfind("200", 0), 0u) << Readyz();
+}
+
 // 7 (cut off from PostgreSQL). A standby pair, each relay through a proxy of its own; the
 // active one is cut off from PostgreSQL (a black hole) but not from Kafka, while writers
 // commit. The server ends the active relay's walsender after wal_sender_timeout (its status

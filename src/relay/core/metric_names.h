@@ -43,6 +43,10 @@ inline constexpr MetricName kKafkaWaitYields{
     "Sessions ended because Kafka acknowledged nothing of the oldest unconfirmed transaction "
     "for flow.kafka_wait_yield_ms; each let go of the slot so that a standby could take "
     "over."};
+inline constexpr MetricName kKafkaTransportErrors{
+    "walrelay_kafka_transport_errors_total",
+    "Broker connections of the producer that failed or were closed (refused, reset, timed "
+    "out); librdkafka reconnects by itself, records wait and are never dropped."};
 inline constexpr MetricName kInFlightEvents{"walrelay_in_flight_events",
                                             "Events produced and not yet acknowledged."};
 inline constexpr MetricName kInFlightBytes{"walrelay_in_flight_bytes",

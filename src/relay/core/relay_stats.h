@@ -38,6 +38,9 @@ struct RelayStats {
   std::atomic<uint64_t> restarts{0};              // sessions torn down and restarted
   // Sessions ended because Kafka acknowledged nothing for flow.kafka_wait_yield_ms.
   std::atomic<uint64_t> kafka_wait_yields{0};
+  // Broker connections that failed or were closed (librdkafka reconnects by itself).
+  // Mutable: the producer options, made by a const method, point at it.
+  mutable std::atomic<uint64_t> kafka_transport_errors{0};
   std::atomic<uint64_t> in_flight_events{0};      // gauge
   std::atomic<uint64_t> in_flight_bytes{0};       // gauge
   std::atomic<uint64_t> flush_lsn{0};             // gauge: last confirmed position

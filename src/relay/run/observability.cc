@@ -52,6 +52,7 @@ Status Relay::StartObservability() {
   counter(mn::kReceivedBytes, stats_.bytes_received);
   counter(mn::kRestarts, stats_.restarts);
   counter(mn::kKafkaWaitYields, stats_.kafka_wait_yields);
+  counter(mn::kKafkaTransportErrors, stats_.kafka_transport_errors);
   counter(mn::kHeartbeatsSent, stats_.heartbeats_sent);
   counter(mn::kHeartbeatsReceived, stats_.heartbeats);
   counter(mn::kSlotRecoveries, stats_.slot_recoveries);

@@ -53,6 +53,7 @@ kafka::ProducerOptions Relay::ProducerOptions() const {
   }
   popts.on_client_error = [errors = kafka_client_errors_.get(), acked = &stats_.events_acked](
                               const Status& why) { errors->Fail(why, acked->load()); };
+  popts.transport_errors = &stats_.kafka_transport_errors;
   return popts;
 }
 
