@@ -220,6 +220,23 @@ class RelayProcessTest : public ::testing::Test {
     return duplicates;
   }
 
+  // Repeated records (copies after an event's first) whose source position is at or before
+  // `confirmed`: each one a replay from before what the slot had confirmed.
+  static size_t RepeatsAtOrBefore(const std::vector<ConsumedRecord>& records, Lsn confirmed) {
+    std::set<std::string> ids;
+    size_t early = 0;
+    for (const auto& r : records) {
+      if (ids.insert(r.Header("event_id")).second) continue;
+      const std::string text = r.Header("walrelay.position");
+      const size_t at = text.find("lsn=");
+      const auto lsn = at == std::string::npos
+                           ? std::nullopt
+                           : Lsn::Parse(text.substr(at + 4, text.find(';', at) - at - 4));
+      if (!lsn || *lsn <= confirmed) ++early;
+    }
+    return early;
+  }
+
   std::unique_ptr<testing::TestCluster> pg_;
   std::unique_ptr<kafka::MockCluster> kafka_;
   std::optional<Subprocess> relay_;
@@ -402,8 +419,12 @@ TEST_F(RelayProcessTest, KillNineAtRandomMomentsLosesNothing) {
 
 // Issue 16: kill -9 of the active relay mid-stream while a standby runs. The standby takes
 // over (only the slot holder produces: no split brain), the records the dead one had
-// produced but not confirmed repeat (bounded by its in-flight cap), nothing is lost and
-// per-aggregate order holds.
+// produced but not confirmed repeat, nothing is lost and per-aggregate order holds. What
+// repeats is exactly what lies after the slot's confirmed position: the in-flight cap, the
+// transaction being read, and what Kafka acknowledged since the last status update. That
+// last part grows with the rate and with scheduling delays (a CI run on a busy machine saw
+// 2,278 repeats with a cap of 2,000, when the check was "cap + one transaction"), so the test
+// checks the position, which does not depend on timing.
 TEST_F(RelayProcessTest, StandbyTakesOverAfterKillNineAndLosesNothing) {
   StartRelay();
   const std::string standby_log = pg_->socket_dir() + "/standby.log";
@@ -428,6 +449,7 @@ TEST_F(RelayProcessTest, StandbyTakesOverAfterKillNineAndLosesNothing) {
        kafka::testing::EndOffsetSum(kafka_->bootstraps(), "outbox.payment", kPartitions) < 3000;) {
     std::this_thread::sleep_for(20ms);
   }
+  const Lsn confirmed_before_kill = ConfirmedFlush();
   relay_->Signal(SIGKILL);
   ASSERT_EQ(relay_->Wait(10s), 128 + SIGKILL);
   writer.join();
@@ -436,8 +458,10 @@ TEST_F(RelayProcessTest, StandbyTakesOverAfterKillNineAndLosesNothing) {
       << standby->LogTail();
   auto records = ConsumeToEnd(120s);
   const size_t duplicates = CheckDelivered(records, 30000);
-  std::printf("records=%zu duplicates=%zu\n", records.size(), duplicates);
-  EXPECT_LE(duplicates, static_cast<size_t>(kInFlightCap + 100));
+  std::printf("records=%zu duplicates=%zu (confirmed before the kill: %s)\n", records.size(),
+              duplicates, confirmed_before_kill.ToString().c_str());
+  EXPECT_EQ(RepeatsAtOrBefore(records, confirmed_before_kill), 0u)
+      << "the standby replayed from before the slot's confirmed position";
   standby->Signal(SIGTERM);
   EXPECT_EQ(standby->Wait(30s), 0) << standby->LogTail();
 }
