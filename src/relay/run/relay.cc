@@ -250,7 +250,10 @@ Status Relay::Run() {
         // Standing by: another process holds the slot. Retry at the standby interval (not
         // the growing reconnect backoff), so this relay takes over within about two
         // intervals of the active one stopping; say so once, not at every retry.
-        if (!stats_.standby.exchange(1) || stats_.standby_for.load() != *standby_for) {
+        // Said before it is shown (/readyz, the gauge, stats): whoever sees the state can
+        // read why in the log (RelayTest.SecondRelayStandsBy... read the log first and
+        // found nothing, under ThreadSanitizer's slowness).
+        if (stats_.standby.load() == 0 || stats_.standby_for.load() != *standby_for) {
           spdlog::warn(
               "standing by: replication slot {} is held by {} (another walrelay streaming, "
               "starting or recovering it, or another client); retrying every {} ms and taking "
@@ -258,6 +261,7 @@ Status Relay::Run() {
               config_.slot, standby_holder, config_.standby_interval.count());
         }
         stats_.standby_for.store(*standby_for);
+        stats_.standby.store(1);
         backoff = config_.reconnect_min;
         const int64_t base = config_.standby_interval.count();
         milliseconds delay(std::uniform_int_distribution<int64_t>(base * 4 / 5, base * 6 / 5)(rng));
