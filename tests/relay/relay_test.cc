@@ -1285,6 +1285,14 @@ TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
   Relay standby(standby_config);
   Status standby_status;
   std::thread standby_thread([&] { standby_status = standby.Run(); });
+  struct JoinStandby {  // an assertion that ends the test early must not abort the program
+    Relay& relay;
+    std::thread& thread;
+    ~JoinStandby() {
+      relay.RequestStop();
+      if (thread.joinable()) thread.join();
+    }
+  } join_standby{standby, standby_thread};
   for (int i = 0; i < 200 && standby.stats().standby.load() == 0; ++i) {
     std::this_thread::sleep_for(20ms);
   }
