@@ -74,6 +74,21 @@ class NetworkFaultTest : public ApacheRelayTest {
                 confirmed.ToString().c_str());
   }
 
+  // The verdict every scenario ends with, judged from outside once the writers stopped:
+  // the slot confirmed past everything written (within `confirm_within`; `relay_status`
+  // says why not), every event in Kafka with each key's events in commit order, and
+  // repeats only of what was not confirmed when the fault began.
+  void StopWritingAndJudge(Lsn confirmed_at_fault, std::chrono::seconds confirm_within,
+                           const Status& relay_status) {
+    StopWriter();
+    ASSERT_FALSE(writer_failed_.load());
+    ASSERT_TRUE(WaitConfirmedPastCurrent(confirm_within)) << relay_status.ToString();
+    const int expected = written_.load();
+    const auto records = ReadAll(expected);
+    ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
+    ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  }
+
   // The relay reaches every broker through a proxy of its own ("kafka-<broker>", on the
   // port the broker advertises on its PROXIED listener, scripts/kafka.sh).
   void UseProxiedKafka() {
@@ -158,13 +173,7 @@ TEST_F(NetworkFaultTest, PostgresBlackHoleIsNoticedWithinItsBoundAndLosesNothing
                                          std::chrono::steady_clock::now() - healed_at)
                                          .count()));
   std::this_thread::sleep_for(1s);
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, run_status_));
   EXPECT_EQ(Readyz().rfind("200", 0), 0u) << Readyz();
 }
 
@@ -218,13 +227,7 @@ TEST_F(NetworkFaultTest, SlowChoppedNetworkOnEveryPathLosesNothing) {
     ASSERT_TRUE(toxiproxy_->RemoveToxic(p, "chop-upstream").ok());
     ASSERT_TRUE(toxiproxy_->RemoveToxic(p, "chop-downstream").ok());
   }
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, run_status_));
   std::printf("[ info     ] session restarts: %llu\n",
               static_cast<unsigned long long>(relay_->stats().restarts.load()));
 }
@@ -256,13 +259,7 @@ TEST_F(NetworkFaultTest, PostgresResetStormLosesNothing) {
     std::this_thread::sleep_for(100ms);
   }
   ASSERT_EQ(relay_->stats().streaming.load(), 1) << "not streaming 30 s after the storm";
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, run_status_));
 }
 
 // 5 (Kafka side). Reset storm: every 3.5 s for about 30 s, every connection of the relay
@@ -305,13 +302,7 @@ TEST_F(NetworkFaultTest, KafkaResetStormLosesNothing) {
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_GT(relay_->stats().events_acked.load(), acked) << "not acknowledged again 30 s after the storm";
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, run_status_));
   EXPECT_EQ(Readyz().rfind("200", 0), 0u) << Readyz();
 }
 
@@ -361,13 +352,7 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromPostgresIsReplacedByItsStandbyWith
   for (int i = 0; i < 600 && relay_->stats().standby.load() == 0; ++i) std::this_thread::sleep_for(100ms);
   EXPECT_EQ(relay_->stats().standby.load(), 1) << "the cut-off relay did not stand by once back";
   EXPECT_EQ(standby.stats().streaming.load(), 1);
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << standby_status.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, standby_status));
   standby.RequestStop();
   standby_thread.join();
 }
@@ -439,13 +424,7 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromKafkaLetsGoOfTheSlotAndItsStandbyT
     ASSERT_TRUE(toxiproxy_->Heal("kafka-" + std::to_string(l.broker)).ok());
   }
   EXPECT_EQ(standby.stats().streaming.load(), 1);
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(60s)) << standby_status.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, standby_status));
 }
 
 // 3. Relay <-> one broker black hole (the leader of some partitions; the brokers among
@@ -477,13 +456,7 @@ TEST_F(NetworkFaultTest, OneBrokerBlackHoledFromTheRelayHoldsConfirmationAndLose
   EXPECT_NE(readyz.find("waiting for Kafka"), std::string::npos) << readyz;
   ASSERT_TRUE(toxiproxy_->Heal(proxy).ok());
   std::this_thread::sleep_for(1s);
-  StopWriter();
-  ASSERT_FALSE(writer_failed_.load());
-  ASSERT_TRUE(WaitConfirmedPastCurrent(120s)) << run_status_.ToString();
-  const int expected = written_.load();
-  const auto records = ReadAll(expected);
-  ExpectEveryEventInOrder(records, expected, /*exactly_once=*/false);
-  ExpectRepeatsOnlyAfter(records, confirmed_at_fault);
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 120s, run_status_));
   std::printf("[ info     ] session restarts: %llu\n",
               static_cast<unsigned long long>(relay_->stats().restarts.load()));
 }
