@@ -232,63 +232,77 @@ ScopedServerWaitObserver::~ScopedServerWaitObserver() {
   t_server_wait_observer = std::move(previous_);
 }
 
-Result<PgResultPtr> SendAndAwait(PGconn* conn, const std::string& sql,
-                                 const std::vector<const char*>& params, bool simple,
-                                 std::string_view context, std::chrono::milliseconds bound) {
-  const int sent = simple ? PQsendQuery(conn, sql.c_str())
-                          : PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()),
-                                              nullptr, params.data(), nullptr, nullptr, 0);
-  if (sent == 0) return PgResultPtr();  // the caller maps the connection's error
+namespace {
+
+// Tells the thread's observer, if it heard of a wait, that the wait is over.
+struct TellEnd {
+  const bool& told;
+  std::string_view context;
+  std::chrono::steady_clock::time_point start;
+  ~TellEnd() {
+    if (told && t_server_wait_observer) {
+      t_server_wait_observer(context,
+                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - start),
+                             true);
+    }
+  }
+};
+
+// Waits until PQgetResult(conn) will not block, in slices of a second that tell the
+// thread's observer (`*told` set once it heard of the wait). False when reading failed
+// (the connection's error says why); kUnavailable past `bound` from `start` (0: none),
+// with the connection shut down.
+Result<bool> WaitNotBusy(PGconn* conn, std::string_view context,
+                         std::chrono::steady_clock::time_point start,
+                         std::chrono::milliseconds bound, bool* told) {
   constexpr std::chrono::milliseconds kSlice{1000};
-  const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + bound;
-  bool told = false;  // the observer heard of this wait: it hears of its end too
-  struct TellEnd {
-    const bool& told;
-    std::string_view context;
-    std::chrono::steady_clock::time_point start;
-    ~TellEnd() {
-      if (told && t_server_wait_observer) {
+  while (PQisBusy(conn)) {
+    const auto now = std::chrono::steady_clock::now();
+    auto slice = kSlice;
+    if (bound.count() > 0) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+      if (left.count() <= 0) {
+        ::shutdown(PQsocket(conn), SHUT_RDWR);
+        return UnavailableError(
+            std::string(context) + ": no answer from the server within " +
+            std::to_string(bound.count() / 1000) +
+            " s (statement_timeout plus a grace): connection presumed dead (half-open); the "
+            "session restarts with new connections. If this repeats, check the network path "
+            "to the server");
+      }
+      slice = std::min(slice, left);
+    }
+    pollfd pfd{PQsocket(conn), POLLIN, 0};
+    const int pr = ::poll(&pfd, 1, static_cast<int>(slice.count()));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) {
+      if (t_server_wait_observer) {
+        *told = true;
         t_server_wait_observer(context,
                                std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::steady_clock::now() - start),
-                               true);
+                               false);
       }
+      continue;
     }
-  } tell_end{told, context, start};
+    if (pr < 0 || PQconsumeInput(conn) == 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<PgResultPtr> AwaitResults(PGconn* conn, std::string_view context,
+                                 std::chrono::milliseconds bound) {
+  const auto start = std::chrono::steady_clock::now();
+  bool told = false;  // the observer heard of this wait: it hears of its end too
+  TellEnd tell_end{told, context, start};
   PgResultPtr kept;
   for (;;) {
-    while (PQisBusy(conn)) {
-      const auto now = std::chrono::steady_clock::now();
-      auto slice = kSlice;
-      if (bound.count() > 0) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
-        if (left.count() <= 0) {
-          ::shutdown(PQsocket(conn), SHUT_RDWR);
-          return UnavailableError(
-              std::string(context) + ": no answer from the server within " +
-              std::to_string(bound.count() / 1000) +
-              " s (statement_timeout plus a grace): connection presumed dead (half-open); the "
-              "session restarts with new connections. If this repeats, check the network path "
-              "to the server");
-        }
-        slice = std::min(slice, left);
-      }
-      pollfd pfd{PQsocket(conn), POLLIN, 0};
-      const int pr = ::poll(&pfd, 1, static_cast<int>(slice.count()));
-      if (pr < 0 && errno == EINTR) continue;
-      if (pr == 0) {
-        if (t_server_wait_observer) {
-          told = true;
-          t_server_wait_observer(context,
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - start),
-                                 false);
-        }
-        continue;
-      }
-      if (pr < 0 || PQconsumeInput(conn) == 0) return PgResultPtr();
-    }
+    WALRELAY_ASSIGN_OR_RETURN(bool readable, WaitNotBusy(conn, context, start, bound, &told));
+    if (!readable) return PgResultPtr();
     PGresult* r = PQgetResult(conn);
     if (r == nullptr) return kept;
     const ExecStatusType st = PQresultStatus(r);
@@ -303,6 +317,26 @@ Result<PgResultPtr> SendAndAwait(PGconn* conn, const std::string& sql,
       PQclear(r);
     }
   }
+}
+
+Result<PgResultPtr> AwaitResult(PGconn* conn, std::string_view context,
+                                std::chrono::steady_clock::time_point start,
+                                std::chrono::milliseconds bound) {
+  bool told = false;
+  TellEnd tell_end{told, context, start};
+  WALRELAY_ASSIGN_OR_RETURN(bool readable, WaitNotBusy(conn, context, start, bound, &told));
+  if (!readable) return PgResultPtr();
+  return PgResultPtr(PQgetResult(conn));
+}
+
+Result<PgResultPtr> SendAndAwait(PGconn* conn, const std::string& sql,
+                                 const std::vector<const char*>& params, bool simple,
+                                 std::string_view context, std::chrono::milliseconds bound) {
+  const int sent = simple ? PQsendQuery(conn, sql.c_str())
+                          : PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()),
+                                              nullptr, params.data(), nullptr, nullptr, 0);
+  if (sent == 0) return PgResultPtr();  // the caller maps the connection's error
+  return AwaitResults(conn, context, bound);
 }
 
 Result<PgResultPtr> ExecPg(PGconn* conn, const std::string& sql,

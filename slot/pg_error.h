@@ -146,6 +146,19 @@ Result<PgResultPtr> SendAndAwait(PGconn* conn, const std::string& sql,
                                  const std::vector<const char*>& params, bool simple,
                                  std::string_view context, std::chrono::milliseconds bound);
 
+// The results of what was sent on `conn` (PQsend*), awaited as SendAndAwait awaits them:
+// SendAndAwait without the sending, for callers that send with binary parameters.
+Result<PgResultPtr> AwaitResults(PGconn* conn, std::string_view context,
+                                 std::chrono::milliseconds bound);
+
+// One PQgetResult of what was sent on `conn` (a pipeline's results one by one), waiting
+// as SendAndAwait does until `bound` (0: none) after `start`: null at the end of a
+// statement's results, and when reading failed (the caller maps the connection's error);
+// kUnavailable past the bound, the connection shut down.
+Result<PgResultPtr> AwaitResult(PGconn* conn, std::string_view context,
+                                std::chrono::steady_clock::time_point start,
+                                std::chrono::milliseconds bound);
+
 // How long ExecPg waits for the server on `conn`: the statement_timeout ConnectPg sent
 // (SessionSettings) plus kClientWaitGrace; 0 (unbounded) without one.
 inline constexpr std::chrono::milliseconds kClientWaitGrace{5000};

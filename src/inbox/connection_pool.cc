@@ -22,7 +22,7 @@ Result<PGconn*> ConnectionPool::Acquire(const std::atomic<bool>& stop) {
     if (open_ < max_) {
       ++open_;
       lock.unlock();
-      Result<PGconn*> c = pg::Connect(conninfo_);
+      Result<PGconn*> c = pg::Connect(conninfo_, statement_timeout_);
       if (!c.ok()) {
         lock.lock();
         --open_;

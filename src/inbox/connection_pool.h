@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -21,7 +22,9 @@ namespace walrelay::inbox {
 // A bounded pool of database connections shared by the partition workers.
 class ConnectionPool {
  public:
-  ConnectionPool(slot::ConnInfo conninfo, int max) : conninfo_(std::move(conninfo)), max_(max) {}
+  // Connections made as pg::Connect(conninfo, statement_timeout) makes them, at most `max`.
+  ConnectionPool(slot::ConnInfo conninfo, int max, std::chrono::milliseconds statement_timeout)
+      : conninfo_(std::move(conninfo)), max_(max), statement_timeout_(statement_timeout) {}
   ~ConnectionPool() {
     for (PGconn* c : idle_) PQfinish(c);
   }
@@ -36,6 +39,7 @@ class ConnectionPool {
  private:
   const slot::ConnInfo conninfo_;
   const int max_;
+  const std::chrono::milliseconds statement_timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<PGconn*> idle_;

@@ -32,6 +32,9 @@ Status InboxConsumer::Impl::Init() {
   if (opt_.retention_batch < 1) return InvalidArgumentError("inbox: retention_batch < 1");
   if (opt_.batch_max_messages < 1) return InvalidArgumentError("inbox: batch_max_messages < 1");
   if (opt_.batch_max_wait.count() < 0) return InvalidArgumentError("inbox: batch_max_wait < 0");
+  if (opt_.statement_timeout.count() < 0) {
+    return InvalidArgumentError("inbox: statement_timeout < 0 (0 = the server's own setting)");
+  }
   if (!handler_) return InvalidArgumentError("inbox: handler required");
   if (opt_.dead_letter_topic.empty()) opt_.dead_letter_topic = opt_.consumer_name + ".dlq";
 

@@ -159,7 +159,7 @@ class InboxConsumer::Impl {
   Impl(InboxOptions options, Handler handler)
       : opt_(std::move(options)),
         handler_(std::move(handler)),
-        pool_({opt_.conninfo, opt_.password}, opt_.max_db_connections) {}
+        pool_({opt_.conninfo, opt_.password}, opt_.max_db_connections, opt_.statement_timeout) {}
 
   ~Impl() {
     Stop();

@@ -215,6 +215,15 @@ struct InboxOptions {
   std::string password;
   std::string consumer_name;
   int max_db_connections = 4;
+  // Sent as every inbox connection's statement_timeout (0: the server's own setting), and
+  // the bound on each wait for the database's answer: this plus 5 s. A statement past it
+  // fails as transient (the message is retried with backoff, on a new connection); so
+  // does an answer that never comes, as behind a half-open connection (a proxy or a
+  // firewall that drops the flow silently), where the server's timeout cannot help and
+  // TCP keepalives can be answered by the proxy. 0 leaves those waits unbounded: a worker
+  // can then wait for ever with its partitions stalled. Handlers' statements must finish
+  // within it.
+  std::chrono::milliseconds statement_timeout{60'000};
 
   // The Kafka header that carries the event id: the relay's outbox.headers event_id name
   // (`id` under its Debezium profile, as Debezium's Outbox Event Router writes it).

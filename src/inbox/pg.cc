@@ -2,6 +2,7 @@
 
 #include <libpq-events.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -46,32 +47,57 @@ struct Marshalled {
 
 }  // namespace
 
+namespace {
+
+// The results of what was just sent, awaited no longer than the connection's bound
+// (slot::ClientWaitBound): null when sending failed.
+Result<ResultPtr> Await(PGconn* conn, int sent, std::string_view context) {
+  if (sent != 1) return ResultPtr();  // Failed() maps the connection's error
+  return slot::AwaitResults(conn, context, slot::ClientWaitBound(conn));
+}
+
+// A simple-protocol command's outcome: OK for a command or tuples result.
+Result<ResultPtr> Simple(PGconn* conn, const std::string& query, std::string_view context,
+                         slot::PgFault* fault) {
+  Result<ResultPtr> res = Await(conn, PQsendQuery(conn, query.c_str()), context);
+  if (!res.ok()) {
+    *fault = slot::PgFault::kTransient;
+    return res.status();
+  }
+  const ExecStatusType st = *res ? PQresultStatus(res->get()) : PGRES_FATAL_ERROR;
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    return Failed(conn, res->get(), context, fault);
+  }
+  return res;
+}
+
+}  // namespace
+
 Result<ResultPtr> Exec(PGconn* conn, std::string_view sql, std::span<const RawParam> params,
                        std::string_view context, slot::PgFault* fault) {
   const Marshalled m(sql, params);
-  ResultPtr res(PQexecParams(conn, m.query.c_str(), m.count(), nullptr, m.values.data(),
-                             m.lengths.data(), m.formats.data(), 0));
-  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+  Result<ResultPtr> res =
+      Await(conn,
+            PQsendQueryParams(conn, m.query.c_str(), m.count(), nullptr, m.values.data(),
+                              m.lengths.data(), m.formats.data(), 0),
+            context);
+  if (!res.ok()) {
+    *fault = slot::PgFault::kTransient;  // no answer in time: the connection is shut down
+    return res.status();
+  }
+  const ExecStatusType st = *res ? PQresultStatus(res->get()) : PGRES_FATAL_ERROR;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-    return Failed(conn, res.get(), context, fault);
+    return Failed(conn, res->get(), context, fault);
   }
   return res;
 }
 
 Status Command(PGconn* conn, std::string_view sql, std::string_view context, slot::PgFault* fault) {
-  const std::string query(sql);
-  ResultPtr res(PQexec(conn, query.c_str()));
-  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-    return Failed(conn, res.get(), context, fault);
-  }
-  return Status::Ok();
+  return Simple(conn, std::string(sql), context, fault).status();
 }
 
 Status Commit(PGconn* conn, slot::PgFault* fault) {
-  ResultPtr res(PQexec(conn, "COMMIT"));
-  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK) return Failed(conn, res.get(), "COMMIT", fault);
+  WALRELAY_ASSIGN_OR_RETURN(ResultPtr res, Simple(conn, "COMMIT", "COMMIT", fault));
   if (std::strcmp(PQcmdStatus(res.get()), "COMMIT") != 0) {
     *fault = slot::PgFault::kServerState;
     return InternalError(
@@ -83,7 +109,8 @@ Status Commit(PGconn* conn, slot::PgFault* fault) {
 
 void Rollback(PGconn* conn) {
   if (PQstatus(conn) != CONNECTION_OK) return;
-  ResultPtr res(PQexec(conn, "ROLLBACK"));
+  slot::PgFault ignored;
+  (void)Simple(conn, "ROLLBACK", "ROLLBACK", &ignored);
 }
 
 namespace {
@@ -171,9 +198,20 @@ const std::optional<Pipeline::Failure>& Pipeline::Drain() {
     fail(nullptr, sent_.empty() ? 0 : sent_.front().owner);
   } else {
     // Per statement (and per Prepare): its result, then a null; at the end the sync's.
+    // Each answer is awaited no longer than the connection's bound from the sync.
+    const auto start = std::chrono::steady_clock::now();
+    const std::chrono::milliseconds bound = slot::ClientWaitBound(conn_);
     size_t next = 0;
     for (;;) {
-      ResultPtr res(PQgetResult(conn_));
+      Result<ResultPtr> got = slot::AwaitResult(conn_, "handler: deferred statements", start, bound);
+      if (!got.ok()) {
+        if (!failure_) {
+          failure_ = Failure{got.status(), slot::PgFault::kTransient,
+                             next < sent_.size() ? sent_[next].owner : 0};
+        }
+        break;
+      }
+      ResultPtr res = std::move(got).value();
       if (!res) {
         if (PQstatus(conn_) != CONNECTION_OK) {
           fail(nullptr, next < sent_.size() ? sent_[next].owner : 0);
@@ -201,9 +239,12 @@ const std::optional<Pipeline::Failure>& Pipeline::Drain() {
   return failure_;
 }
 
-Result<PGconn*> Connect(const slot::ConnInfo& conninfo) {
-  WALRELAY_ASSIGN_OR_RETURN(slot::PgConnPtr conn,
-                            slot::ConnectPg(conninfo, "false", "inbox: connect to PostgreSQL"));
+Result<PGconn*> Connect(const slot::ConnInfo& conninfo,
+                        std::chrono::milliseconds statement_timeout) {
+  WALRELAY_ASSIGN_OR_RETURN(
+      slot::PgConnPtr conn,
+      slot::ConnectPg(conninfo, "false", "inbox: connect to PostgreSQL",
+                      {.statement_timeout = statement_timeout}));
   PQregisterEventProc(conn.get(), &StatementCacheProc, "walrelay inbox statements", nullptr);
   PQsetInstanceData(conn.get(), &StatementCacheProc, new StatementCache);
   // NOTICEs ("relation already exists, skipping") are not errors; keep them off stderr.

@@ -12,6 +12,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <optional>
 #include <span>
 #include <vector>
@@ -103,7 +104,12 @@ class Pipeline {
 };
 
 // Connects (slot::ConnectPg, replication off); NOTICEs are dropped. The caller owns the
-// connection (PQfinish).
-Result<PGconn*> Connect(const slot::ConnInfo& conninfo);
+// connection (PQfinish). `statement_timeout` (0: the server's own) is sent as the session's
+// statement_timeout, and every wait of this file's functions for an answer on the
+// connection is bounded by it plus slot::kClientWaitGrace (slot::ClientWaitBound): past
+// it the statement fails kUnavailable with fault kTransient and the connection is shut
+// down (a half-open path to the server, where neither the server's timeout nor TCP
+// keepalives answered by a proxy end the wait). 0 leaves the waits unbounded.
+Result<PGconn*> Connect(const slot::ConnInfo& conninfo, std::chrono::milliseconds statement_timeout);
 
 }  // namespace walrelay::inbox::pg

@@ -238,6 +238,14 @@ Status InboxConsumer::Impl::ProcessBatch(std::span<Item> items, const PartitionW
         end = i + *blame;
         continue;
       }
+      // Failed before or after its handlers (BEGIN, the dedup insert, COMMIT, or no
+      // answer from the database in time): the database's failure, not a message's. Said
+      // and counted as a retry at once, so an outage shows before the one-message path's
+      // first attempt (a new connection) ends too.
+      if (st.code() == StatusCode::kCancelled && (w.stop.load() || stop_.load())) return st;
+      ++retries_;
+      spdlog::warn("inbox: {} [{}] batch of {} from @{} failed: {}; retrying it message by message",
+                   w.topic, w.partition, cut - i, items[i].msg.offset, st.ToString());
     }
     // A poison record, or a batch that failed before or after its handlers (BEGIN, the
     // dedup insert, COMMIT): items[i] alone, by the one-message path.

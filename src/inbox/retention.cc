@@ -201,7 +201,7 @@ void InboxConsumer::Impl::RetentionLoop() {
 
 Result<int64_t> InboxConsumer::Impl::RunRetentionOnce() {
   if (opt_.inbox_retention.count() == 0) return int64_t{0};
-  WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pg::Connect({opt_.conninfo, opt_.password}));
+  WALRELAY_ASSIGN_OR_RETURN(PGconn * c, pg::Connect({opt_.conninfo, opt_.password}, opt_.statement_timeout));
   std::unique_ptr<PGconn, decltype(&PQfinish)> conn(c, &PQfinish);
   const std::string secs =
       std::to_string(static_cast<double>(opt_.inbox_retention.count()) / 1000.0);
