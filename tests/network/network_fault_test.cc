@@ -326,9 +326,8 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromPostgresIsReplacedByItsStandbyWith
   standby_config.source_dsn =
       "host=127.0.0.1 port=" + std::to_string(*standby_port) + " user=walrelay dbname=postgres";
   standby_config.standby_interval = 500ms;
-  Relay standby(standby_config);
-  Status standby_status;
-  std::thread standby_thread([&] { standby_status = standby.Run(); });
+  RelayOnAThread running_standby(standby_config);
+  Relay& standby = running_standby.relay();
   for (int i = 0; i < 300 && standby.stats().standby.load() == 0; ++i) std::this_thread::sleep_for(20ms);
   ASSERT_EQ(standby.stats().standby.load(), 1) << "the second relay did not stand by";
 
@@ -352,9 +351,7 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromPostgresIsReplacedByItsStandbyWith
   for (int i = 0; i < 600 && relay_->stats().standby.load() == 0; ++i) std::this_thread::sleep_for(100ms);
   EXPECT_EQ(relay_->stats().standby.load(), 1) << "the cut-off relay did not stand by once back";
   EXPECT_EQ(standby.stats().streaming.load(), 1);
-  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, standby_status));
-  standby.RequestStop();
-  standby_thread.join();
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, running_standby.status()));
 }
 
 // 7 (cut off from Kafka). A standby pair: the active relay reaches the brokers through
@@ -379,17 +376,8 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromKafkaLetsGoOfTheSlotAndItsStandbyT
   standby_config.source_dsn =
       "host=127.0.0.1 port=" + std::to_string(pg_->port()) + " user=walrelay dbname=postgres";
   standby_config.metrics_address.clear();
-  Relay standby(standby_config);
-  Status standby_status;
-  std::thread standby_thread([&] { standby_status = standby.Run(); });
-  struct StopStandby {  // also when an assertion ends the test early
-    Relay& relay;
-    std::thread& thread;
-    ~StopStandby() {
-      relay.RequestStop();
-      thread.join();
-    }
-  } stop_standby{standby, standby_thread};
+  RelayOnAThread running_standby(standby_config);
+  Relay& standby = running_standby.relay();
   for (int i = 0; i < 300 && standby.stats().standby.load() == 0; ++i) std::this_thread::sleep_for(20ms);
   ASSERT_EQ(standby.stats().standby.load(), 1) << "the second relay did not stand by";
 
@@ -424,7 +412,7 @@ TEST_F(NetworkFaultTest, ActiveRelayCutOffFromKafkaLetsGoOfTheSlotAndItsStandbyT
     ASSERT_TRUE(toxiproxy_->Heal("kafka-" + std::to_string(l.broker)).ok());
   }
   EXPECT_EQ(standby.stats().streaming.load(), 1);
-  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, standby_status));
+  ASSERT_NO_FATAL_FAILURE(StopWritingAndJudge(confirmed_at_fault, 60s, running_standby.status()));
 }
 
 // 3. Relay <-> one broker black hole (the leader of some partitions; the brokers among

@@ -366,9 +366,7 @@ TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) 
   constexpr int kMessages = 20;
   EmitMessages(kMessages);
 
-  auto second = std::make_unique<Relay>(config_);
-  Status second_status;
-  std::thread second_thread([&] { second_status = second->Run(); });
+  RelayOnAThread second(config_);
   bool standing_by = false;
   for (int i = 0; i < 200 && !standing_by; ++i) {
     std::this_thread::sleep_for(50ms);
@@ -379,8 +377,7 @@ TEST_F(RecoveryTest, SecondRelayStandsByWhileAnotherRecoversAndNoMessageIsLost) 
   EXPECT_EQ(Recovering(), "t");
   ASSERT_TRUE(kafka_->SetAllBrokersUp().ok());
   EXPECT_TRUE(WaitConfirmedPastCurrent(60s)) << run_status_.ToString();
-  second->RequestStop();
-  second_thread.join();
+  second.Stop();
   EXPECT_EQ(relay_->stats().slot_recoveries.load() + second->stats().slot_recoveries.load(), 1u);
   StopRelay();
   ExpectMessagesAndRowsArrived(kMessages);

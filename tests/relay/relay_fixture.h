@@ -26,6 +26,34 @@
 
 namespace walrelay::relay {
 
+// A second relay (a standby, a competitor) running on a thread of its own, stopped and
+// joined however the test ends: an assertion that ends a test early must not leave a
+// joinable thread behind, which aborts the whole program and hides the other tests'
+// results. Stop() asks it to stop, waits, and gives what Run() returned.
+class RelayOnAThread {
+ public:
+  explicit RelayOnAThread(const RelayConfig& config)
+      : relay_(config), thread_([this] { status_ = relay_.Run(); }) {}
+  ~RelayOnAThread() { Stop(); }
+  RelayOnAThread(const RelayOnAThread&) = delete;
+  RelayOnAThread& operator=(const RelayOnAThread&) = delete;
+
+  Relay& relay() { return relay_; }
+  Relay* operator->() { return &relay_; }
+  const Status& Stop() {
+    relay_.RequestStop();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  // What Run() returned, once it has (after Stop(), or once the relay ended by itself).
+  const Status& status() const { return status_; }
+
+ private:
+  Relay relay_;
+  Status status_;
+  std::thread thread_;
+};
+
 class RelayTest : public ::testing::Test {
  protected:
   // The mock cluster keeps at most 5 MB per partition: enough partitions keep every record.

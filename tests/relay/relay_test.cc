@@ -1282,17 +1282,8 @@ TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
   standby_config.standby_interval = 100ms;
   standby_config.metrics_address = "127.0.0.1:0";
   testing::LogCapture log;
-  Relay standby(standby_config);
-  Status standby_status;
-  std::thread standby_thread([&] { standby_status = standby.Run(); });
-  struct JoinStandby {  // an assertion that ends the test early must not abort the program
-    Relay& relay;
-    std::thread& thread;
-    ~JoinStandby() {
-      relay.RequestStop();
-      if (thread.joinable()) thread.join();
-    }
-  } join_standby{standby, standby_thread};
+  RelayOnAThread running_standby(standby_config);
+  Relay& standby = running_standby.relay();
   for (int i = 0; i < 200 && standby.stats().standby.load() == 0; ++i) {
     std::this_thread::sleep_for(20ms);
   }
@@ -1330,8 +1321,7 @@ TEST_F(RelayTest, SecondRelayStandsByAndTakesOverWhenTheFirstStops) {
   WriteEvents(200, 2, 50);
   ASSERT_TRUE(WaitConfirmedPastCurrent(30s));
   EXPECT_EQ(DistinctEventIds(300, 30s).size(), 300u);
-  standby.RequestStop();
-  standby_thread.join();
+  const Status& standby_status = running_standby.Stop();
   EXPECT_TRUE(standby_status.ok()) << standby_status.ToString();
 }
 
