@@ -83,6 +83,22 @@
 # take-over sends seconds of published transactions again; the run passes only when the
 # verdict reports duplicates (and nothing lost).
 #
+# The soak (scripts/soak.sh) runs this for a time instead of a count, with three more
+# settings, all off by default:
+#   CHAOS_DURATION_S   the writers write for this long; the schedule fills it: a relay kill
+#                      and a broker restart early, then one fault every 2.5-4 minutes (the
+#                      network faults below with CHAOS_NET_FAULTS, else ledger kills and
+#                      broker pauses), none in the last 5 minutes; CHAOS_EVENTS is ignored.
+#   CHAOS_NET_FAULTS=1 (Apache Kafka) both relays reach PostgreSQL and every broker through
+#                      Toxiproxy (scripts/toxiproxy.sh; the brokers' PROXIED listeners of
+#                      scripts/kafka.sh), and the schedule draws network faults: a black hole
+#                      (no RST, no FIN) on the path to PostgreSQL for 60 s (evidence: no relay
+#                      streamed during it) or to one broker for 30 s, 200 +- 50 ms of latency
+#                      with the streams sliced on every path for 120 s, and connection resets
+#                      on every path every 5 s for 60 s (evidence: the proxies' toxics listed).
+#   CHAOS_SAMPLE_S     every this many seconds, each relay's and ledger's RSS, open
+#                      descriptors, threads and CPU time, and each relay's published events,
+#                      to $WORK/samples.tsv (KEEP=1 keeps it; scripts/lib/soak_report.py reads it).
 # Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, CHAOS_RATE, the counts above,
 # CHAOS_WORK (default /tmp/walrelay-chaos), BUILD_ROOT (default build; uses
 # $BUILD_ROOT/main, built when missing), KEEP=1 keeps the work directory.
@@ -129,6 +145,16 @@ if [[ $EXPECT_DUPS == 1 ]]; then
   BROKER_KILLS=0; BROKER_PAUSES=0; ROLLING_RESTARTS=0; EVENTS=${CHAOS_EVENTS:-5000}; STATUS_MS=3000
 fi
 (( RATE >= 2 )) || { echo "chaos.sh: CHAOS_RATE is at least 2 (payments per second)" >&2; exit 2; }
+DURATION_S=${CHAOS_DURATION_S:-0}
+NET_FAULTS=${CHAOS_NET_FAULTS:-0}
+SAMPLE_S=${CHAOS_SAMPLE_S:-0}
+if [[ $NET_FAULTS == 1 && $KAFKA != apache ]]; then
+  echo "chaos.sh: CHAOS_NET_FAULTS needs CHAOS_KAFKA=apache (the brokers' PROXIED listeners)" >&2; exit 2
+fi
+if (( DURATION_S > 0 )); then
+  (( DURATION_S >= 900 )) || { echo "chaos.sh: CHAOS_DURATION_S is at least 900" >&2; exit 2; }
+  EVENTS=0 LOST_SLOT=0
+fi
 
 say() { printf '[chaos %s] %s\n' "$(date +%T)" "$*"; }
 
@@ -155,16 +181,18 @@ PGSETTINGS=(max_slot_wal_keep_size=4GB wal_sender_timeout=10s max_connections=10
   synchronous_commit=on)
 declare -A RELAY_PID=() LEDGER_PID=()
 WRITER_PIDS=()
+SAMPLER_PID=""
 BROKER_PID=""
 cleanup() {
   set +e
   exec 2>/dev/null  # no "Killed" notices of the processes stopped here
   touch "$WORK/stop"
-  for p in "${RELAY_PID[@]}" "${LEDGER_PID[@]}" "${WRITER_PIDS[@]}" $BROKER_PID; do
+  for p in "${RELAY_PID[@]}" "${LEDGER_PID[@]}" "${WRITER_PIDS[@]}" $BROKER_PID $SAMPLER_PID; do
     kill -9 "$p" 2>/dev/null
   done
   wait 2>/dev/null
   [[ $KAFKA == apache ]] && bash "$ROOT/scripts/kafka.sh" stop --dir "$WORK/kafka" >/dev/null 2>&1
+  [[ $NET_FAULTS == 1 ]] && bash "$ROOT/scripts/toxiproxy.sh" stop --dir "$WORK/toxiproxy" >/dev/null 2>&1
   if [[ "${KEEP:-0}" != 1 ]]; then
     bash "$ROOT/scripts/pgtmp.sh" destroy "$WORK/pg" >/dev/null 2>&1
     rm -rf "$WORK"
@@ -194,6 +222,22 @@ for (( i = ${#SCHEDULE[@]} - 1; i > 0; i-- )); do  # Fisher-Yates with the seede
 done
 GAPS=()
 for _ in "${SCHEDULE[@]}"; do GAPS+=("$(( 1 + RANDOM % 4 ))"); done
+if (( DURATION_S > 0 )); then
+  # The soak's schedule: the process faults early (so that the processes sampled over the
+  # last three quarters of the run live through them), then one fault every 2.5-4 minutes.
+  SCHEDULE=(kill-relay) GAPS=(240)
+  [[ $KAFKA == apache ]] && { SCHEDULE+=("kill-broker:10"); GAPS+=(120); }
+  KINDS=(kill-ledger)
+  [[ $KAFKA == apache ]] && KINDS+=("pause-broker:20")
+  (( NET_FAULTS == 1 )) && KINDS=("net-pg-blackhole:60" "net-broker-blackhole:30" "net-slow:120" "net-reset:60")
+  t=420 k=0
+  while :; do
+    gap=$(( 150 + RANDOM % 90 )) f=${KINDS[k % ${#KINDS[@]}]}
+    d=${f#*:}; [[ $d == "$f" ]] && d=0
+    (( t + gap + d + 30 <= DURATION_S - 300 )) || break
+    SCHEDULE+=("$f"); GAPS+=("$gap"); t=$(( t + gap + d + 30 )); k=$(( k + 1 ))
+  done
+fi
 # Fault i fires its seeded gap after fault i-1 ended, while the writers commit at RATE:
 # every fault lands on a moving stream, whatever the machine's speed.
 # librdkafka's mock keeps about 5 MB per partition and drops older records: enough
@@ -207,12 +251,19 @@ for i in "${!SCHEDULE[@]}"; do
     crash-postgres) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 8 )) ;;
     lose-slot) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 40 )) ;;
     rolling-restart) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + 90 )) ;;
+    net-*) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + d + 30 )) ;;
     *) EXPECTED_S=$(( EXPECTED_S + GAPS[i] + d + 10 )) ;;
   esac
 done
 SIZED=$(( RATE * EXPECTED_S * 3 / 2 )); (( SIZED > EVENTS )) || SIZED=$EVENTS
 PARTITIONS=$(( SIZED * 3 * 400 / 4000000 + 12 ))
-say "seed $SEED: $EVENTS events at least, writers at $RATE payments/s, $PARTITIONS partitions; schedule (~${EXPECTED_S} s; each fault after its gap in s):"
+# Apache Kafka keeps every record whatever the partition count: the soak stays at 48.
+(( DURATION_S > 0 && PARTITIONS > 48 )) && [[ $KAFKA == apache ]] && PARTITIONS=48
+if (( DURATION_S > 0 )); then
+  say "seed $SEED: writing for $DURATION_S s at $RATE payments/s, $PARTITIONS partitions; schedule (each fault after its gap in s):"
+else
+  say "seed $SEED: $EVENTS events at least, writers at $RATE payments/s, $PARTITIONS partitions; schedule (~${EXPECTED_S} s; each fault after its gap in s):"
+fi
 for i in "${!SCHEDULE[@]}"; do printf '    %2d. +%ss %s\n' "$((i + 1))" "${GAPS[i]}" "${SCHEDULE[i]}"; done
 [[ $EXPECT_LOSS == 1 ]] && say "CHAOS_EXPECT_LOSS=1: relays confirm before Kafka acknowledges (test failpoint); the verdict must report loss"
 [[ $EXACTLY_ONCE == 1 ]] && say "CHAOS_EXACTLY_ONCE=1: relays in exactly-once mode; the verdict requires 0 duplicates and 0 torn transactions read_committed"
@@ -241,8 +292,30 @@ fi
 BOOT=$(sed -n 's/^bootstrap=//p' "$WORK/bootstrap")
 [[ -n $BOOT ]] || { cat "$WORK/devbroker.log" "$WORK/kafka-start.log" >&2 2>/dev/null; exit 1; }
 
-EO_FLAGS=()
-[[ $EXACTLY_ONCE == 1 ]] && EO_FLAGS=(--kafka-exactly-once true --kafka-bootstrap-servers "$BOOT")
+# The relays' paths (CHAOS_NET_FAULTS: through Toxiproxy, each its own proxy).
+RELAY_DSN=$DSN RELAY_BOOT=$BOOT
+if [[ $NET_FAULTS == 1 ]]; then
+  bash "$ROOT/scripts/toxiproxy.sh" fetch
+  TOXI=$(bash "$ROOT/scripts/toxiproxy.sh" start --dir "$WORK/toxiproxy" --owner $$ | sed -n 's/^api=//p' | tail -1)
+  [[ -n $TOXI ]] || { echo "chaos.sh: Toxiproxy did not start" >&2; exit 1; }
+  toxi() {  # method path [json]: the API's answer; fails on an HTTP error
+    curl -sf -X "$1" "http://$TOXI$2" ${3:+-H 'Content-Type: application/json' -d "$3"}
+  }
+  pg_proxy=$(toxi POST /proxies "{\"name\":\"pg\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"127.0.0.1:$PGPORT\"}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["listen"].rsplit(":",1)[1])')
+  RELAY_DSN="host=127.0.0.1 port=$pg_proxy user=$PGUSER dbname=$PGDATABASE"
+  PROXIES=(pg) RELAY_BOOT=""
+  for spec in $(sed -n 's/^proxied=//p' "$WORK/bootstrap" | tr ',' ' '); do
+    IFS=: read -r n listen upstream <<<"$spec"
+    toxi POST /proxies "{\"name\":\"kafka-$n\",\"listen\":\"127.0.0.1:$listen\",\"upstream\":\"127.0.0.1:$upstream\"}" >/dev/null
+    PROXIES+=("kafka-$n"); RELAY_BOOT+="${RELAY_BOOT:+,}127.0.0.1:$listen"
+  done
+  (( ${#PROXIES[@]} == 4 )) || { echo "chaos.sh: scripts/kafka.sh listed no PROXIED listeners" >&2; exit 1; }
+  say "relays reach PostgreSQL and the brokers through Toxiproxy ($TOXI: ${PROXIES[*]})"
+fi
+
+EO_FLAGS=() EO_RUN=()
+[[ $EXACTLY_ONCE == 1 ]] && EO_FLAGS=(--kafka-exactly-once true --kafka-bootstrap-servers "$BOOT") EO_RUN=(--kafka-exactly-once true)
 "$WALRELAY" setup --create-tables --source-dsn "$DSN" "${EO_FLAGS[@]}" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; exit 1; }
 q "CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
      event_id uuid NOT NULL UNIQUE, wallet text NOT NULL, amount bigint NOT NULL,
@@ -262,11 +335,12 @@ start_relay() {  # name (a|b)
   local env=()
   [[ $EXPECT_LOSS == 1 ]] && env=(env WALRELAY_RELAY_FAILPOINT=confirm_before_ack)
   [[ $EXPECT_DUPS == 1 ]] && env=(env WALRELAY_RELAY_FAILPOINT=ignore_checkpoint)
-  "${env[@]}" "$WALRELAY" run --source-dsn "$DSN" --kafka-bootstrap-servers "$BOOT" "${EO_FLAGS[@]}" \
+  "${env[@]}" "$WALRELAY" run --source-dsn "$RELAY_DSN" --kafka-bootstrap-servers "$RELAY_BOOT" "${EO_RUN[@]}" \
     --source-message-prefix walrelay.outbox --flow-status-interval-ms "$STATUS_MS" \
     --flow-standby-interval-ms 200 --flow-reconnect-max-ms 2000 --flow-max-in-flight-events 20000 \
     --ops-metrics-address "127.0.0.1:$port" >>"$WORK/relay-$1.log" 2>&1 &
   RELAY_PID[$1]=$!
+  echo "$!" >"$WORK/relay-$1.pid"
 }
 metric() {  # relay name: prints the value of the unlabelled metric, or nothing
   local port; port=$(metrics_port "$1")
@@ -289,6 +363,7 @@ start_ledger() {  # name
     --stats-interval-ms 5000 --property session.timeout.ms=6000 --property heartbeat.interval.ms=500 \
     >>"$WORK/ledger-$1.log" 2>&1 &
   LEDGER_PID[$1]=$!
+  echo "$!" >"$WORK/ledger-$1.pid"
 }
 
 payments() { q "SELECT count(*) FROM payments" 2>/dev/null || echo "?"; }
@@ -602,6 +677,104 @@ kill_ledger() {
   else not_executed "kill-ledger" "ledger $n (pid $pid) still runs after kill -9"; fi
 }
 
+# Network faults (CHAOS_NET_FAULTS): toxics on the relays' proxies. Evidence: the toxics
+# the server lists while they are in place, and for the PostgreSQL black hole that no
+# relay streamed during it (the relays noticed).
+toxics_on() {  # proxy: the names of its toxics now
+  toxi GET "/proxies/$1/toxics" | python3 -c 'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)))'
+}
+add_toxic() {  # proxy name type stream attributes-json
+  toxi POST "/proxies/$1/toxics" "{\"name\":\"$2\",\"type\":\"$3\",\"stream\":\"$4\",\"attributes\":$5}" >/dev/null
+}
+black_hole() {  # proxy
+  add_toxic "$1" hole_down timeout downstream '{"timeout":0}'
+  add_toxic "$1" hole_up timeout upstream '{"timeout":0}'
+}
+heal() {  # proxy
+  local t
+  for t in $(toxics_on "$1"); do toxi DELETE "/proxies/$1/toxics/$t" >/dev/null; done
+}
+net_pg_blackhole() {  # seconds
+  black_hole pg
+  local listed noticed=no t0 ; listed=$(toxics_on pg)
+  t0=$(date +%s)
+  while (( $(date +%s) - t0 < $1 )); do
+    [[ -z $(streaming_relay) ]] && noticed=yes
+    sleep 1
+  done
+  heal pg
+  if [[ $listed == *hole_down* && $listed == *hole_up* && $noticed == yes ]]; then
+    executed "net-pg-blackhole" "toxics [$listed] on the relays' path to PostgreSQL for $1 s; no relay streamed during it (noticed)"
+  else
+    not_executed "net-pg-blackhole" "toxics [$listed], a relay streamed throughout: $noticed"
+  fi
+  wait_streaming 120 || not_executed "net-pg-blackhole" "no relay streams 120 s after the path came back"
+}
+net_broker_blackhole() {  # seconds
+  local b=$(( 1 + RANDOM % 3 )) listed
+  black_hole "kafka-$b"
+  listed=$(toxics_on "kafka-$b")
+  sleep "$1"
+  heal "kafka-$b"
+  if [[ $listed == *hole_down* && $listed == *hole_up* ]]; then
+    executed "net-broker-blackhole" "toxics [$listed] on the relays' path to broker $b for $1 s"
+  else
+    not_executed "net-broker-blackhole" "toxics [$listed] on kafka-$b"
+  fi
+}
+net_slow() {  # seconds
+  local p listed=""
+  for p in "${PROXIES[@]}"; do
+    add_toxic "$p" slow latency downstream '{"latency":200,"jitter":50}'
+    add_toxic "$p" chop slicer downstream '{"average_size":256,"size_variation":128,"delay":0}'
+    listed+="$p:[$(toxics_on "$p")] "
+  done
+  sleep "$1"
+  for p in "${PROXIES[@]}"; do heal "$p"; done
+  if [[ $(grep -o 'slow' <<<"$listed" | wc -l) == "${#PROXIES[@]}" ]]; then
+    executed "net-slow" "200 +- 50 ms and sliced streams on every path for $1 s: ${listed% }"
+  else
+    not_executed "net-slow" "toxics ${listed% }"
+  fi
+}
+net_reset() {  # seconds: every path reset every 5 s
+  local p t0 resets=0
+  t0=$(date +%s)
+  while (( $(date +%s) - t0 < $1 )); do
+    for p in "${PROXIES[@]}"; do add_toxic "$p" reset reset_peer downstream '{"timeout":0}'; done
+    sleep 0.5
+    for p in "${PROXIES[@]}"; do heal "$p"; done
+    resets=$(( resets + 1 ))
+    sleep 4.5
+  done
+  if (( resets > 0 )); then
+    executed "net-reset" "every path reset $resets times over $1 s"
+  else
+    not_executed "net-reset" "no reset made"
+  fi
+}
+
+# CHAOS_SAMPLE_S: each relay's and ledger's resources, from /proc and the relay's metrics.
+sampler() {
+  local name pid rss fds threads ticks published
+  echo -e "epoch\tprocess\tpid\trss_kb\tfds\tthreads\tcpu_ticks\tpublished" >"$WORK/samples.tsv"
+  while [[ ! -f $WORK/stop ]]; do
+    for name in relay-a relay-b ledger-1 ledger-2; do
+      pid=$(cat "$WORK/$name.pid" 2>/dev/null) || continue
+      rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || continue
+      [[ -n $rss ]] || continue
+      threads=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
+      fds=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
+      ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null)
+      published=""
+      [[ $name == relay-* ]] && published=$(metric "${name#relay-}" walrelay_events_published_total)
+      echo -e "$(date +%s)\t$name\t$pid\t$rss\t$fds\t$threads\t$ticks\t$published" >>"$WORK/samples.tsv"
+    done
+    sleep "$SAMPLE_S"
+  done
+}
+(( SAMPLE_S > 0 )) && { sampler & SAMPLER_PID=$!; }
+
 # --- the run -----------------------------------------------------------------------------
 wait_committed() {  # until at least $1 payments are committed
   local c
@@ -628,11 +801,20 @@ for i in "${!SCHEDULE[@]}"; do
     kill-broker:*) kill_broker "${SCHEDULE[i]#kill-broker:}" ;;
     pause-broker:*) pause_broker "${SCHEDULE[i]#pause-broker:}" ;;
     rolling-restart) rolling_restart ;;
+    net-pg-blackhole:*) net_pg_blackhole "${SCHEDULE[i]#*:}" ;;
+    net-broker-blackhole:*) net_broker_blackhole "${SCHEDULE[i]#*:}" ;;
+    net-slow:*) net_slow "${SCHEDULE[i]#*:}" ;;
+    net-reset:*) net_reset "${SCHEDULE[i]#*:}" ;;
   esac
   check_alive
 done
-say "schedule done ($(payments) payments committed); writing until $EVENTS payments are committed"
-wait_committed "$EVENTS"
+if (( DURATION_S > 0 )); then
+  say "schedule done ($(payments) payments committed); writing until ${DURATION_S} s have passed"
+  while (( $(date +%s) - T0 < DURATION_S )); do check_alive; sleep 5; done
+else
+  say "schedule done ($(payments) payments committed); writing until $EVENTS payments are committed"
+  wait_committed "$EVENTS"
+fi
 touch "$WORK/stop"
 wait "${WRITER_PIDS[@]}" 2>/dev/null || true
 WRITE_END=$(date +%s)

@@ -18,6 +18,7 @@ PACKAGES=(
   openjdk-17-jre-headless maven       # Apache Kafka from Maven Central (scripts/kafka.sh)
   valgrind                            # callgrind: bench/instructions.sh (instructions per event)
   spin                                # model checker of spec/walrelay.pml (spec/check.sh)
+  python3-yaml python3-jsonschema     # scripts/helm-check.sh validates the chart's manifests
 )
 
 missing=()

@@ -15,7 +15,8 @@
 #                            and 18 (scripts/test-postgres-versions.sh), a PostgreSQL failover
 #                            under the relay on 18 and 15 and a standby slot's recovery
 #                            conflict on 18 (scripts/pg-failover-check.sh), a smoke run of every
-#                            benchmark program and of bench/instructions.sh, the model check of
+#                            benchmark program and of bench/instructions.sh, the Helm chart
+#                            checked without a cluster (scripts/helm-check.sh), the model check of
 #                            the delivery protocol (spec/check.sh), and the threaded tests
 #                            under ThreadSanitizer.
 #   scripts/test.sh --quick  only the main build and the unit tests.
@@ -146,6 +147,9 @@ BUILD_ROOT="$BUILD_ROOT" CHAOS_EXPECT_LOSS=1 CHAOS_SEED=${CHAOS_SEED:-20261204} 
 
 step "alert rules (promtool check rules docker/alerts.yml)"
 promtool check rules docker/alerts.yml
+
+step "Helm chart (scripts/helm-check.sh: lint, render, Kubernetes API schemas, what the chart promises)"
+bash scripts/helm-check.sh "$BUILD_ROOT/main/src/cli/walrelay"
 
 if command -v systemd-analyze >/dev/null; then
   step "systemd unit (systemd-analyze verify packaging/systemd/walrelay.service)"

@@ -86,13 +86,17 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Registry* regi
   svr.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain; charset=utf-8");
   });
-  svr.Get("/readyz", [self](const httplib::Request&, httplib::Response& res) {
+  svr.Get("/readyz", [self](const httplib::Request& req, httplib::Response& res) {
     Status st = self->options_.ready ? self->options_.ready() : Status::Ok();
-    std::string body = st.ok() ? "ready\n" : "not ready: " + st.message() + "\n";
+    const bool standby_ready = !st.ok() && req.get_param_value("standby") == "ready" &&
+                               self->options_.standing_by && self->options_.standing_by();
+    std::string body = st.ok()          ? "ready\n"
+                       : standby_ready ? "ready (standing by): " + st.message() + "\n"
+                                       : "not ready: " + st.message() + "\n";
     if (self->options_.note) {
       if (std::string note = self->options_.note(); !note.empty()) body += "note: " + note + "\n";
     }
-    if (!st.ok()) res.status = 503;
+    if (!st.ok() && !standby_ready) res.status = 503;
     res.set_content(body, "text/plain; charset=utf-8");
   });
 

@@ -5,6 +5,11 @@
 //   GET /readyz   200 "ready" when the caller's predicate returns OK, else 503 with the
 //                 predicate's message (readiness: e.g. streaming and under the critical
 //                 slot threshold)
+//   GET /readyz?standby=ready
+//                 the same, except that a process standing by (the caller's `standing_by`
+//                 says so) answers 200 "ready (standing by): <why>": for orchestrators that
+//                 count a healthy standby as available (a Kubernetes readiness probe, which
+//                 a PodDisruptionBudget and a rolling update read)
 // Anything else is 404. Only GET (and HEAD) are answered: other methods get 405 before a
 // body is read, and a request body is refused (413) instead of buffered.
 //
@@ -35,6 +40,9 @@ struct ServerOptions {
   std::string address = "127.0.0.1:9187";
   // Readiness; OK = ready. Unset: always ready.
   std::function<Status()> ready;
+  // Whether the process stands by (another one does the work and it takes over when that
+  // one stops): /readyz?standby=ready then answers 200. Unset: never.
+  std::function<bool()> standing_by;
   // A standing warning appended to every /readyz body ("note: ..."), ready or not, e.g.
   // that records live only in memory. Unset or empty: none.
   std::function<std::string()> note;

@@ -71,6 +71,10 @@ TEST(MetricsServerTest, ServesMetricsHealthAndReadiness) {
   res = client.Get("/readyz");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 503);
+  // ?standby=ready: 503 still for a process that is not standing by.
+  res = client.Get("/readyz?standby=ready");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
 
   res = client.Get("/nope");
   ASSERT_TRUE(res);
@@ -86,6 +90,41 @@ TEST(MetricsServerTest, ServesMetricsHealthAndReadiness) {
 
 // Only GET and HEAD; a body is never buffered; slow clients do not block the probes
 // (issue 13).
+// /readyz?standby=ready: a process that stands by is ready for an orchestrator that asks
+// so (a Kubernetes readiness probe), and still not ready for plain /readyz (alerts).
+TEST(MetricsServerTest, StandbyIsReadyOnlyWhenAskedFor) {
+  Registry registry;
+  std::atomic<bool> standing_by{true};
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.ready = [&]() -> Status {
+    return standing_by ? UnavailableError("standby: replication slot walrelay is held by process 7")
+                       : UnavailableError("no session streams");
+  };
+  options.standing_by = [&] { return standing_by.load(); };
+  auto server = MetricsServer::Start(&registry, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  httplib::Client client("127.0.0.1", (*server)->port());
+
+  auto res = client.Get("/readyz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(res->body, "not ready: standby: replication slot walrelay is held by process 7\n");
+  res = client.Get("/readyz?standby=ready");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "ready (standing by): standby: replication slot walrelay is held by process 7\n");
+  res = client.Get("/readyz?standby=no");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+
+  standing_by = false;  // not standing by and not ready: 503 however asked
+  res = client.Get("/readyz?standby=ready");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(res->body, "not ready: no session streams\n");
+}
+
 TEST(MetricsServerTest, RefusesOtherMethodsBodiesAndSurvivesSlowClients) {
   Registry registry;
   ServerOptions options;

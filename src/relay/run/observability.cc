@@ -244,6 +244,7 @@ Status Relay::StartObservability() {
       }
       return Status::Ok();
     };
+    so.standing_by = [this] { return stats_.standby.load() != 0; };
     if (config_.embedded_kafka) so.note = [] { return std::string(kEmbeddedKafkaWarning); };
     WALRELAY_ASSIGN_OR_RETURN(obs_->server, metrics::MetricsServer::Start(&r, so));
     // ":9187" and "0.0.0.0:9187" listen on every interface: say so, with a URL that works

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""soak_report.py SAMPLES.tsv CHAOS.txt OUT_DIR: the soak's resource verdict and its chart.
+
+SAMPLES.tsv is what scripts/chaos.sh's sampler wrote (CHAOS_SAMPLE_S): one line per process
+and sample with its RSS, open descriptors, threads, CPU ticks and (relays) published events.
+CHAOS.txt is the chaos run's output (its verdict is copied into the report).
+
+The window is the last three quarters of the run (45 minutes of an hour). For every process
+that lived through the whole window (the soak's process faults come before it), compared
+between the window's first and last stretches (5 minutes, or a ninth of a shorter window):
+  RSS        mean of the last stretch at most 5 % above the mean of the first
+  fds        the last stretch's maximum no higher than the first stretch's maximum
+  threads    the same
+and the streaming relays' CPU per published event over the window. Writes OUT_DIR/report.md
+and OUT_DIR/soak.svg (RSS, descriptors and threads over time, one line per process), prints
+the report, exits 1 when a check fails or no process lived through the window.
+"""
+import csv
+import os
+import sys
+from collections import defaultdict
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def load(path):
+    series = defaultdict(list)  # (process, pid) -> [sample dict]
+    with open(path) as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            try:
+                s = {k: int(row[k]) for k in ("epoch", "rss_kb", "fds", "threads", "cpu_ticks")}
+            except (ValueError, TypeError):
+                continue
+            s["published"] = int(row["published"]) if row.get("published", "").isdigit() else None
+            series[(row["process"], row["pid"])].append(s)
+    return series
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def judge(series):
+    starts = [s[0]["epoch"] for s in series.values()]
+    ends = [s[-1]["epoch"] for s in series.values()]
+    t0, t1 = min(starts), max(ends)
+    window_start = t0 + (t1 - t0) // 4
+    stretch = min(300, (t1 - window_start) // 9)
+    rows, failures = [], []
+    for (name, pid), samples in sorted(series.items()):
+        if samples[0]["epoch"] > window_start or samples[-1]["epoch"] < t1 - 30:
+            continue  # did not live through the window (a killed or restarted process)
+        first = [s for s in samples if window_start <= s["epoch"] < window_start + stretch]
+        last = [s for s in samples if s["epoch"] > t1 - stretch]
+        if not first or not last:
+            continue
+        rss0, rss1 = mean([s["rss_kb"] for s in first]), mean([s["rss_kb"] for s in last])
+        growth = (rss1 - rss0) / rss0 * 100
+        fd0, fd1 = max(s["fds"] for s in first), max(s["fds"] for s in last)
+        th0, th1 = max(s["threads"] for s in first), max(s["threads"] for s in last)
+        in_window = [s for s in samples if s["epoch"] >= window_start]
+        cpu_s = (in_window[-1]["cpu_ticks"] - in_window[0]["cpu_ticks"]) / TICKS_PER_S
+        pub = None
+        if in_window[0]["published"] is not None and in_window[-1]["published"] is not None:
+            pub = in_window[-1]["published"] - in_window[0]["published"]
+        rows.append((name, pid, rss0 / 1024, rss1 / 1024, growth, fd0, fd1, th0, th1, cpu_s, pub))
+        if growth > 5:
+            failures.append(f"{name} (pid {pid}): RSS grew {growth:.1f} % over the window (limit 5 %)")
+        if fd1 > fd0:
+            failures.append(f"{name} (pid {pid}): open descriptors grew from {fd0} to {fd1}")
+        if th1 > th0:
+            failures.append(f"{name} (pid {pid}): threads grew from {th0} to {th1}")
+    if not rows:
+        failures.append("no process lived through the whole window: nothing to judge")
+    return t0, t1, window_start, stretch, rows, failures
+
+
+def chart(series, t0, window_start, path):
+    panels = [("RSS (MiB)", lambda s: s["rss_kb"] / 1024), ("open descriptors", lambda s: s["fds"]),
+              ("threads", lambda s: s["threads"])]
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
+    width, height, left, top, ph, gap = 920, 620, 70, 30, 160, 40
+    pw = width - left - 190
+    t_end = max(s[-1]["epoch"] for s in series.values())
+    span = max(1, t_end - t0)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
+           f'<text x="{left}" y="18" font-size="13">walrelay soak: resources per process over '
+           f'{span // 60} min (window judged: after the dashed line)</text>']
+    keys = sorted(series)
+    for p, (title, value) in enumerate(panels):
+        y0 = top + p * (ph + gap) + 10
+        vmax = max(value(s) for v in series.values() for s in v) * 1.1 or 1
+        out.append(f'<text x="{left}" y="{y0 - 4}">{title}</text>')
+        out.append(f'<rect x="{left}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
+        wx = left + (window_start - t0) / span * pw
+        out.append(f'<line x1="{wx:.1f}" y1="{y0}" x2="{wx:.1f}" y2="{y0 + ph}" stroke="#555" '
+                   'stroke-dasharray="4,3"/>')
+        out.append(f'<text x="{left - 6}" y="{y0 + 8}" text-anchor="end">{vmax:.0f}</text>')
+        out.append(f'<text x="{left - 6}" y="{y0 + ph}" text-anchor="end">0</text>')
+        for i, key in enumerate(keys):
+            pts = " ".join(f'{left + (s["epoch"] - t0) / span * pw:.1f},'
+                           f'{y0 + ph - value(s) / vmax * ph:.1f}' for s in series[key])
+            out.append(f'<polyline points="{pts}" fill="none" stroke="{colors[i % len(colors)]}" '
+                       'stroke-width="1.2"/>')
+    for i, (name, pid) in enumerate(keys):
+        y = top + 20 + i * 16
+        out.append(f'<rect x="{left + pw + 15}" y="{y - 9}" width="10" height="10" '
+                   f'fill="{colors[i % len(colors)]}"/>')
+        out.append(f'<text x="{left + pw + 30}" y="{y}">{name} (pid {pid})</text>')
+    out.append(f'<text x="{left}" y="{height - 8}">minutes since the first sample: 0 .. '
+               f'{span / 60:.0f}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    samples, chaos_out, out_dir = sys.argv[1:]
+    series = load(samples)
+    if not series:
+        sys.exit(f"soak_report.py: no samples in {samples}")
+    t0, t1, window_start, stretch, rows, failures = judge(series)
+    os.makedirs(out_dir, exist_ok=True)
+    chart(series, t0, window_start, os.path.join(out_dir, "soak.svg"))
+    verdict = []
+    try:
+        lines = open(chaos_out).read().splitlines()
+        at = next(i for i, l in enumerate(lines) if l.startswith("chaos verdict"))
+        verdict = lines[at:]
+    except (OSError, StopIteration):
+        failures.append(f"no chaos verdict in {chaos_out}")
+    rep = [f"# Soak: {(t1 - t0) / 60:.0f} minutes",
+           "",
+           f"Window judged: the last {(t1 - window_start) / 60:.0f} minutes; first and last "
+           f"stretches of {stretch} s compared. Chart: soak.svg.",
+           "",
+           "| process | pid | RSS first (MiB) | RSS last (MiB) | growth | fds first/last max | "
+           "threads first/last max | CPU s in window | events published in window | CPU µs/event |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, pid, r0, r1, g, fd0, fd1, th0, th1, cpu, pub in rows:
+        per = f"{cpu / pub * 1e6:.1f}" if pub else "-"
+        rep.append(f"| {name} | {pid} | {r0:.1f} | {r1:.1f} | {g:+.1f} % | {fd0}/{fd1} | {th0}/{th1} | "
+                   f"{cpu:.1f} | {pub if pub is not None else '-'} | {per} |")
+    rep += ["", "```", *verdict, "```", ""]
+    rep.append("Resources: " + ("PASS" if not failures else "FAIL"))
+    rep += [f"- {f}" for f in failures]
+    text = "\n".join(rep) + "\n"
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(text)
+    print(text)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
