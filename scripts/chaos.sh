@@ -89,6 +89,8 @@
 #                      and a broker restart early, then one fault every 2.5-4 minutes (the
 #                      network faults below with CHAOS_NET_FAULTS, else ledger kills and
 #                      broker pauses), none in the last 5 minutes; CHAOS_EVENTS is ignored.
+#                      CHAOS_FAULT_GAP_S makes every gap that long (a short trial of the
+#                      whole schedule).
 #   CHAOS_NET_FAULTS=1 (Apache Kafka) both relays reach PostgreSQL and every broker through
 #                      Toxiproxy (scripts/toxiproxy.sh; the brokers' PROXIED listeners of
 #                      scripts/kafka.sh), and the schedule draws network faults: a black hole
@@ -96,8 +98,13 @@
 #                      streamed during it) or to one broker for 30 s, 200 +- 50 ms of latency
 #                      with the streams sliced on every path for 120 s, and connection resets
 #                      on every path every 5 s for 60 s (evidence: the proxies' toxics listed).
+#   CHAOS_WRITER=pgbench (with CHAOS_DURATION_S) pgbench writes instead of the two psql
+#                      writers: one payment per transaction at a steady CHAOS_RATE
+#                      transactions per second (-R), 8 clients, the same rows and events, a
+#                      fifth table-less, one in twenty rolled back ($WORK/pgbench.log).
 #   CHAOS_SAMPLE_S     every this many seconds, each relay's and ledger's RSS, open
-#                      descriptors, threads and CPU time, and each relay's published events,
+#                      descriptors, threads and CPU time, and each relay's published events
+#                      and role (streaming, standby, other: reconnecting),
 #                      to $WORK/samples.tsv (KEEP=1 keeps it; scripts/lib/soak_report.py reads it).
 # Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, CHAOS_RATE, the counts above,
 # CHAOS_WORK (default /tmp/walrelay-chaos), BUILD_ROOT (default build; uses
@@ -146,10 +153,14 @@ if [[ $EXPECT_DUPS == 1 ]]; then
 fi
 (( RATE >= 2 )) || { echo "chaos.sh: CHAOS_RATE is at least 2 (payments per second)" >&2; exit 2; }
 DURATION_S=${CHAOS_DURATION_S:-0}
+WRITER=${CHAOS_WRITER:-psql}
 NET_FAULTS=${CHAOS_NET_FAULTS:-0}
 SAMPLE_S=${CHAOS_SAMPLE_S:-0}
 if [[ $NET_FAULTS == 1 && $KAFKA != apache ]]; then
   echo "chaos.sh: CHAOS_NET_FAULTS needs CHAOS_KAFKA=apache (the brokers' PROXIED listeners)" >&2; exit 2
+fi
+if [[ $WRITER == pgbench ]] && (( DURATION_S == 0 )); then
+  echo "chaos.sh: CHAOS_WRITER=pgbench needs CHAOS_DURATION_S (pgbench writes for a time)" >&2; exit 2
 fi
 if (( DURATION_S > 0 )); then
   (( DURATION_S >= 900 )) || { echo "chaos.sh: CHAOS_DURATION_S is at least 900" >&2; exit 2; }
@@ -225,14 +236,16 @@ for _ in "${SCHEDULE[@]}"; do GAPS+=("$(( 1 + RANDOM % 4 ))"); done
 if (( DURATION_S > 0 )); then
   # The soak's schedule: the process faults early (so that the processes sampled over the
   # last three quarters of the run live through them), then one fault every 2.5-4 minutes.
-  SCHEDULE=(kill-relay) GAPS=(240)
-  [[ $KAFKA == apache ]] && { SCHEDULE+=("kill-broker:10"); GAPS+=(120); }
+  FIXED_GAP=${CHAOS_FAULT_GAP_S:-}  # a short trial of the schedule: every gap this long
+  SCHEDULE=(kill-relay) GAPS=("${FIXED_GAP:-240}")
+  [[ $KAFKA == apache ]] && { SCHEDULE+=("kill-broker:10"); GAPS+=("${FIXED_GAP:-120}"); }
   KINDS=(kill-ledger)
   [[ $KAFKA == apache ]] && KINDS+=("pause-broker:20")
   (( NET_FAULTS == 1 )) && KINDS=("net-pg-blackhole:60" "net-broker-blackhole:30" "net-slow:120" "net-reset:60")
-  t=420 k=0
+  t=0 k=0
+  for g in "${GAPS[@]}"; do t=$(( t + g + 20 )); done
   while :; do
-    gap=$(( 150 + RANDOM % 90 )) f=${KINDS[k % ${#KINDS[@]}]}
+    gap=${FIXED_GAP:-$(( 150 + RANDOM % 90 ))} f=${KINDS[k % ${#KINDS[@]}]}
     d=${f#*:}; [[ $d == "$f" ]] && d=0
     (( t + gap + d + 30 <= DURATION_S - 300 )) || break
     SCHEDULE+=("$f"); GAPS+=("$gap"); t=$(( t + gap + d + 30 )); k=$(( k + 1 ))
@@ -426,8 +439,42 @@ wait_streaming 60 || { tail -20 "$WORK/relay-a.log" >&2; exit 1; }
 start_relay b
 start_ledger 1
 start_ledger 2
-writer 1 & WRITER_PIDS+=($!)
-writer 2 & WRITER_PIDS+=($!)
+if [[ $WRITER == pgbench ]]; then
+  # One payment per transaction at a steady RATE transactions per second (pgbench -R): the
+  # same rows, events, table-less share and rollbacks as writer() above.
+  cat >"$WORK/writer.sql" <<'SQL'
+\set w random(0, 199)
+\set r random(1, 100)
+\set a random(1, 1000)
+BEGIN;
+\if :r <= 20
+WITH s AS (UPDATE wallet_seq SET seq = seq + 1 WHERE wallet = 'wallet-' || :w RETURNING wallet, seq),
+p AS (INSERT INTO payments (event_id, wallet, amount, seq, tableless)
+      SELECT gen_random_uuid(), wallet, :a, seq, true FROM s RETURNING event_id, wallet, amount, seq)
+SELECT pg_logical_emit_message(true, 'walrelay.outbox', jsonb_build_object(
+  'event_id', event_id, 'aggregate_type', 'payment', 'aggregate_id', wallet, 'event_type', 'PaymentCaptured',
+  'payload', jsonb_build_object('wallet', wallet, 'amount', amount, 'seq', seq))::text) FROM p;
+\else
+WITH s AS (UPDATE wallet_seq SET seq = seq + 1 WHERE wallet = 'wallet-' || :w RETURNING wallet, seq),
+p AS (INSERT INTO payments (event_id, wallet, amount, seq, tableless)
+      SELECT gen_random_uuid(), wallet, :a, seq, false FROM s RETURNING event_id, wallet, amount, seq)
+INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+SELECT event_id, 'payment', wallet, 'PaymentCaptured', jsonb_build_object('wallet', wallet, 'amount', amount, 'seq', seq) FROM p;
+\endif
+\if :r > 95
+ROLLBACK;
+\else
+COMMIT;
+\endif
+SQL
+  PGOPTIONS="-c client_min_messages=warning" "${WALRELAY_PG_BINDIR:-/usr/lib/postgresql/15/bin}/pgbench" \
+    -n -c 8 -j 2 -R "$RATE" -T "$DURATION_S" --max-tries=10 -P 60 -f "$WORK/writer.sql" \
+    >"$WORK/pgbench.log" 2>&1 &
+  WRITER_PIDS+=($!)
+else
+  writer 1 & WRITER_PIDS+=($!)
+  writer 2 & WRITER_PIDS+=($!)
+fi
 say "running: relays a and b, ledgers 1 and 2, writers 1 and 2 (logs in $WORK)"
 
 # The evidence of each fault, one line each: "<fault> executed <evidence>" or
@@ -756,8 +803,8 @@ net_reset() {  # seconds: every path reset every 5 s
 
 # CHAOS_SAMPLE_S: each relay's and ledger's resources, from /proc and the relay's metrics.
 sampler() {
-  local name pid rss fds threads ticks published
-  echo -e "epoch\tprocess\tpid\trss_kb\tfds\tthreads\tcpu_ticks\tpublished" >"$WORK/samples.tsv"
+  local name pid rss fds threads ticks published role
+  echo -e "epoch\tprocess\tpid\trss_kb\tfds\tthreads\tcpu_ticks\tpublished\trole" >"$WORK/samples.tsv"
   while [[ ! -f $WORK/stop ]]; do
     for name in relay-a relay-b ledger-1 ledger-2; do
       pid=$(cat "$WORK/$name.pid" 2>/dev/null) || continue
@@ -766,9 +813,14 @@ sampler() {
       threads=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
       fds=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
       ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null)
-      published=""
-      [[ $name == relay-* ]] && published=$(metric "${name#relay-}" walrelay_events_published_total)
-      echo -e "$(date +%s)\t$name\t$pid\t$rss\t$fds\t$threads\t$ticks\t$published" >>"$WORK/samples.tsv"
+      published="" role=consumer
+      if [[ $name == relay-* ]]; then
+        published=$(metric "${name#relay-}" walrelay_events_published_total)
+        role=other
+        [[ $(metric "${name#relay-}" walrelay_streaming) == 1 ]] && role=streaming
+        [[ $(metric "${name#relay-}" walrelay_standby) == 1 ]] && role=standby
+      fi
+      echo -e "$(date +%s)\t$name\t$pid\t$rss\t$fds\t$threads\t$ticks\t$published\t$role" >>"$WORK/samples.tsv"
     done
     sleep "$SAMPLE_S"
   done
@@ -901,6 +953,7 @@ UNEXPECTED=$(grep -c . "$WORK/unexpected.log" || true)
 echo
 echo "chaos verdict (seed $SEED, Kafka: $KAFKA, ${ELAPSED} s, writing $(( WRITE_END - T0 )) s at $RATE payments/s):"
 echo "  $TOTAL payments committed ($TABLELESS table-less), $RECORDS records in Kafka; $TAKEOVERS standby take-overs, $RECOVERED slot recoveries"
+[[ $WRITER == pgbench ]] && echo "  pgbench: $(grep -E '^(number of transactions actually processed|number of failed transactions|tps = )' "$WORK/pgbench.log" | tr '\n' ';' | sed 's/;$//')"
 echo "  faults executed/scheduled (evidence in $WORK/faults.log):${FAULTS_LINE%,}; $NOT_EXECUTED not executed; $UNEXPECTED unexpected exits of a relay or ledger"
 echo "  Kafka:  $KLOST lost, $PHANTOM phantom (rolled back or unknown), $DISORDER out of order per wallet, $DUPS duplicates, $UNPARSABLE unparsable records (read_committed)"
 [[ $EXACTLY_ONCE == 1 ]] && echo "  exactly-once: $DUPS duplicates, $TORN torn source transactions; $ABORTED records of aborted Kafka transactions in the partitions' logs (never read by read_committed)"

@@ -7,8 +7,8 @@
 #   bash scripts/soak.sh
 #
 # What runs: scripts/chaos.sh on Apache Kafka (two relays on one slot, two ledger
-# consumers, two writers paced at SOAK_RATE payments per second in chaos.sh's mix of
-# transactions of 1-1,000 payments) for SOAK_S seconds, the relays reaching PostgreSQL and
+# consumers, pgbench writing SOAK_RATE transactions per second, one payment and its event
+# each: CHAOS_WRITER=pgbench) for SOAK_S seconds, the relays reaching PostgreSQL and
 # every broker through Toxiproxy (CHAOS_NET_FAULTS=1). The schedule: a kill -9 of the
 # streaming relay and a broker kill -9 and restart in the first 7 minutes, then, every
 # 2.5-4 minutes, a black hole on the path to PostgreSQL (60 s) or to one broker (30 s),
@@ -37,9 +37,9 @@ OUT=${SOAK_OUT:-bench/soak}
 WORK=${SOAK_WORK:-/tmp/walrelay-soak}
 mkdir -p "$OUT"
 
-echo "soak.sh: $SOAK_S s at $RATE payments/s on Apache Kafka, network and process faults (seed $SEED); output in $OUT"
+echo "soak.sh: $SOAK_S s at $RATE transactions/s on Apache Kafka, network and process faults (seed $SEED); output in $OUT"
 set +e
-KEEP=1 CHAOS_KAFKA=apache CHAOS_NET_FAULTS=1 CHAOS_DURATION_S="$SOAK_S" CHAOS_RATE="$RATE" \
+KEEP=1 CHAOS_KAFKA=apache CHAOS_NET_FAULTS=1 CHAOS_WRITER=pgbench CHAOS_DURATION_S="$SOAK_S" CHAOS_RATE="$RATE" \
   CHAOS_SAMPLE_S=10 CHAOS_SEED="$SEED" CHAOS_WORK="$WORK" \
   bash scripts/chaos.sh 2>&1 | tee "$OUT/chaos.txt"
 chaos_rc=${PIPESTATUS[0]}

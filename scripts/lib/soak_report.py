@@ -9,8 +9,10 @@ The window is the last three quarters of the run (45 minutes of an hour). For ev
 that lived through the whole window (the soak's process faults come before it), compared
 between the window's first and last stretches (5 minutes, or a ninth of a shorter window):
   RSS        mean of the last stretch at most 5 % above the mean of the first
-  fds        the last stretch's maximum no higher than the first stretch's maximum
+  fds        the last stretch's median no higher than the first stretch's maximum
   threads    the same
+Relays are compared in the role they end in (streaming or standby), from the first samples
+of the window in that role: the faults move the stream between them.
 and the streaming relays' CPU per published event over the window. Writes OUT_DIR/report.md
 and OUT_DIR/soak.svg (RSS, descriptors and threads over time, one line per process), prints
 the report, exits 1 when a check fails or no process lived through the window.
@@ -32,12 +34,18 @@ def load(path):
             except (ValueError, TypeError):
                 continue
             s["published"] = int(row["published"]) if row.get("published", "").isdigit() else None
+            s["role"] = row.get("role") or "-"
             series[(row["process"], row["pid"])].append(s)
     return series
 
 
 def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
 
 
 def judge(series):
@@ -50,20 +58,30 @@ def judge(series):
     for (name, pid), samples in sorted(series.items()):
         if samples[0]["epoch"] > window_start or samples[-1]["epoch"] < t1 - 30:
             continue  # did not live through the window (a killed or restarted process)
-        first = [s for s in samples if window_start <= s["epoch"] < window_start + stretch]
+        # Like with like: a relay's resources follow its role (a standby holds no Kafka
+        # producer or stream), and the faults move the role between the two relays. The
+        # first stretch is the window's first samples in the role the process ends in.
         last = [s for s in samples if s["epoch"] > t1 - stretch]
-        if not first or not last:
+        if not last:
+            continue
+        role = last[-1]["role"]
+        same = [s for s in samples if s["epoch"] >= window_start and s["role"] == role]
+        first = [s for s in same if s["epoch"] < same[0]["epoch"] + stretch] if same else []
+        last = [s for s in last if s["role"] == role]
+        if not first or not last or first[-1]["epoch"] >= last[0]["epoch"]:
             continue
         rss0, rss1 = mean([s["rss_kb"] for s in first]), mean([s["rss_kb"] for s in last])
         growth = (rss1 - rss0) / rss0 * 100
-        fd0, fd1 = max(s["fds"] for s in first), max(s["fds"] for s in last)
-        th0, th1 = max(s["threads"] for s in first), max(s["threads"] for s in last)
+        # Descriptors and threads: the last stretch's median against the first stretch's
+        # most (a reconnect in flight holds one more for a moment; a leak stays).
+        fd0, fd1 = max(s["fds"] for s in first), median([s["fds"] for s in last])
+        th0, th1 = max(s["threads"] for s in first), median([s["threads"] for s in last])
         in_window = [s for s in samples if s["epoch"] >= window_start]
         cpu_s = (in_window[-1]["cpu_ticks"] - in_window[0]["cpu_ticks"]) / TICKS_PER_S
         pub = None
         if in_window[0]["published"] is not None and in_window[-1]["published"] is not None:
             pub = in_window[-1]["published"] - in_window[0]["published"]
-        rows.append((name, pid, rss0 / 1024, rss1 / 1024, growth, fd0, fd1, th0, th1, cpu_s, pub))
+        rows.append((f"{name} ({role})", pid, rss0 / 1024, rss1 / 1024, growth, fd0, fd1, th0, th1, cpu_s, pub))
         if growth > 5:
             failures.append(f"{name} (pid {pid}): RSS grew {growth:.1f} % over the window (limit 5 %)")
         if fd1 > fd0:
@@ -137,8 +155,8 @@ def main():
            f"Window judged: the last {(t1 - window_start) / 60:.0f} minutes; first and last "
            f"stretches of {stretch} s compared. Chart: soak.svg.",
            "",
-           "| process | pid | RSS first (MiB) | RSS last (MiB) | growth | fds first/last max | "
-           "threads first/last max | CPU s in window | events published in window | CPU µs/event |",
+           "| process (role) | pid | RSS first (MiB) | RSS last (MiB) | growth | fds (first max/last median) | "
+           "threads (first max/last median) | CPU s in window | events published in window | CPU µs/event |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for name, pid, r0, r1, g, fd0, fd1, th0, th1, cpu, pub in rows:
         per = f"{cpu / pub * 1e6:.1f}" if pub else "-"
