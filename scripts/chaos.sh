@@ -273,7 +273,7 @@ PARTITIONS=$(( SIZED * 3 * 400 / 4000000 + 12 ))
 # Apache Kafka keeps every record whatever the partition count: the soak stays at 48.
 (( DURATION_S > 0 && PARTITIONS > 48 )) && [[ $KAFKA == apache ]] && PARTITIONS=48
 if (( DURATION_S > 0 )); then
-  say "seed $SEED: writing for $DURATION_S s at $RATE payments/s, $PARTITIONS partitions; schedule (each fault after its gap in s):"
+  say "seed $SEED: writing for $DURATION_S s at $RATE $([[ $WRITER == pgbench ]] && echo transactions || echo payments)/s, $PARTITIONS partitions; schedule (each fault after its gap in s):"
 else
   say "seed $SEED: $EVENTS events at least, writers at $RATE payments/s, $PARTITIONS partitions; schedule (~${EXPECTED_S} s; each fault after its gap in s):"
 fi
@@ -475,7 +475,11 @@ else
   writer 1 & WRITER_PIDS+=($!)
   writer 2 & WRITER_PIDS+=($!)
 fi
-say "running: relays a and b, ledgers 1 and 2, writers 1 and 2 (logs in $WORK)"
+if [[ $WRITER == pgbench ]]; then
+  say "running: relays a and b, ledgers 1 and 2, pgbench at $RATE transactions/s (logs in $WORK)"
+else
+  say "running: relays a and b, ledgers 1 and 2, writers 1 and 2 (logs in $WORK)"
+fi
 
 # The evidence of each fault, one line each: "<fault> executed <evidence>" or
 # "<fault> FAILED <why>"; the verdict counts them against the schedule.

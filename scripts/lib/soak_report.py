@@ -137,6 +137,8 @@ def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
     samples, chaos_out, out_dir = sys.argv[1:]
+    if not os.path.exists(samples):
+        sys.exit(f"soak_report.py: {samples} does not exist: the chaos run ended before it sampled (see its output)")
     series = load(samples)
     if not series:
         sys.exit(f"soak_report.py: no samples in {samples}")
