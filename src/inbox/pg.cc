@@ -45,21 +45,13 @@ struct Marshalled {
   std::vector<std::string> text;
 };
 
-}  // namespace
-
-namespace {
-
-// The results of what was just sent, awaited no longer than the connection's bound
-// (slot::ClientWaitBound): null when sending failed.
-Result<ResultPtr> Await(PGconn* conn, int sent, std::string_view context) {
-  if (sent != 1) return ResultPtr();  // Failed() maps the connection's error
-  return slot::AwaitResults(conn, context, slot::ClientWaitBound(conn));
-}
-
-// A simple-protocol command's outcome: OK for a command or tuples result.
-Result<ResultPtr> Simple(PGconn* conn, const std::string& query, std::string_view context,
-                         slot::PgFault* fault) {
-  Result<ResultPtr> res = Await(conn, PQsendQuery(conn, query.c_str()), context);
+// What was just sent (`sent`: the PQsend* call's return), awaited no longer than the
+// connection's bound (slot::ClientWaitBound): OK for a command or tuples result; otherwise
+// the shared table's fault, kTransient when no answer came in time (the connection is
+// shut down then) or sending failed.
+Result<ResultPtr> Await(PGconn* conn, int sent, std::string_view context, slot::PgFault* fault) {
+  Result<ResultPtr> res = sent == 1 ? slot::AwaitResults(conn, context, slot::ClientWaitBound(conn))
+                                    : Result<ResultPtr>(ResultPtr());
   if (!res.ok()) {
     *fault = slot::PgFault::kTransient;
     return res.status();
@@ -71,25 +63,21 @@ Result<ResultPtr> Simple(PGconn* conn, const std::string& query, std::string_vie
   return res;
 }
 
+// A simple-protocol command (several statements allowed).
+Result<ResultPtr> Simple(PGconn* conn, const std::string& query, std::string_view context,
+                         slot::PgFault* fault) {
+  return Await(conn, PQsendQuery(conn, query.c_str()), context, fault);
+}
+
 }  // namespace
 
 Result<ResultPtr> Exec(PGconn* conn, std::string_view sql, std::span<const RawParam> params,
                        std::string_view context, slot::PgFault* fault) {
   const Marshalled m(sql, params);
-  Result<ResultPtr> res =
-      Await(conn,
-            PQsendQueryParams(conn, m.query.c_str(), m.count(), nullptr, m.values.data(),
-                              m.lengths.data(), m.formats.data(), 0),
-            context);
-  if (!res.ok()) {
-    *fault = slot::PgFault::kTransient;  // no answer in time: the connection is shut down
-    return res.status();
-  }
-  const ExecStatusType st = *res ? PQresultStatus(res->get()) : PGRES_FATAL_ERROR;
-  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-    return Failed(conn, res->get(), context, fault);
-  }
-  return res;
+  return Await(conn,
+               PQsendQueryParams(conn, m.query.c_str(), m.count(), nullptr, m.values.data(),
+                                 m.lengths.data(), m.formats.data(), 0),
+               context, fault);
 }
 
 Status Command(PGconn* conn, std::string_view sql, std::string_view context, slot::PgFault* fault) {
