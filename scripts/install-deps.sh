@@ -19,6 +19,7 @@ PACKAGES=(
   valgrind                            # callgrind: bench/instructions.sh (instructions per event)
   spin                                # model checker of spec/walrelay.pml (spec/check.sh)
   python3-yaml python3-jsonschema     # scripts/helm-check.sh validates the chart's manifests
+  podman runc debootstrap             # scripts/image-check.sh builds and runs the container image
 )
 
 missing=()

@@ -156,16 +156,7 @@ for _ in $(seq 300); do
   grep -q "inbox: assigned" "$WORKDIR/ledger-ledger.log" 2>/dev/null && break
   sleep 0.1
 done
-cat >"$WORKDIR/billing.sql" <<SQL
-SELECT format('WITH p AS (INSERT INTO payments (wallet, amount, seq) VALUES (%L, %s, %s) RETURNING *)
-INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
-SELECT event_id, ''payment'', wallet, ''PaymentCaptured'',
-       jsonb_build_object(''wallet'', wallet, ''amount'', amount, ''seq'', seq) FROM p',
-  'wallet-' || (g % 100), 100 + (g * 7919) % 900, g)
-FROM generate_series(1, $EVENTS) g
-\gexec
-SQL
-psql -q -v ON_ERROR_STOP=1 -f "$WORKDIR/billing.sql" >/dev/null &
+psql -q -v ON_ERROR_STOP=1 -v events="$EVENTS" -f scripts/lib/billing_writes.sql >/dev/null &
 WRITER=$!
 injected_relay=0
 injected_ledger=0
@@ -229,16 +220,7 @@ done
 progress
 
 say "7/7 verdict (computed from the ledger's tables against the billing tables)"
-psql -At -F ' ' -c "
-  WITH lost AS (SELECT count(*) n FROM payments p
-                WHERE NOT EXISTS (SELECT 1 FROM wallet_credit c WHERE c.event_id = p.event_id::text)),
-       twice AS (SELECT count(*) n FROM (SELECT event_id FROM wallet_credit GROUP BY 1 HAVING count(*) > 1) x),
-       balance AS (SELECT count(*) n FROM (SELECT wallet, sum(amount) s FROM payments GROUP BY 1) p
-                   FULL JOIN wallet w ON w.id = p.wallet WHERE w.balance IS DISTINCT FROM p.s),
-       disorder AS (SELECT count(*) n FROM (SELECT seq < lag(seq) OVER (PARTITION BY wallet ORDER BY applied_order) bad
-                                            FROM wallet_credit) x WHERE bad)
-  SELECT (SELECT count(*) FROM payments), lost.n, twice.n, balance.n, disorder.n
-  FROM lost, twice, balance, disorder" >"$WORKDIR/verdict"
+psql -At -F ' ' -f scripts/lib/ledger_verdict.sql >"$WORKDIR/verdict"
 read -r TOTAL LOST TWICE BAD_BALANCE DISORDER <"$WORKDIR/verdict"
 DUPS=$(( $(stat_of "$WORKDIR/ledger-ledger.log" duplicates) + $(stat_of "$WORKDIR/ledger-ledger-replay.log" duplicates) ))
 ORDER=$([ "$DISORDER" = 0 ] && echo "order per wallet kept" || echo "order per wallet BROKEN ($DISORDER)")

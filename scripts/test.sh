@@ -11,7 +11,9 @@
 #                            reports loss when the relay confirms before acks and duplicates
 #                            when an exactly-once relay ignores its checkpoint, the Debian
 #                            packages built, installed, checked and purged (as root:
-#                            scripts/package-check.sh), the replication tests on PostgreSQL 14
+#                            scripts/package-check.sh), the container image built from them
+#                            with podman and run (as root: scripts/image-check.sh), the
+#                            replication tests on PostgreSQL 14
 #                            and 18 (scripts/test-postgres-versions.sh), a PostgreSQL failover
 #                            under the relay on 18 and 15 and a standby slot's recovery
 #                            conflict on 18 (scripts/pg-failover-check.sh), a smoke run of every
@@ -107,10 +109,24 @@ apache_skips=()  # the Apache Kafka programs skip, as skipped, only when asked t
 ctest_counted "$BUILD_ROOT/ctest-main.log" "${apache_skips[@]}"
 
 # The Debian packages' production build (CPU) runs beside the dev broker's chaos run (paced
-# by its writers and its fault schedule), instead of after it: CI's time budget.
+# by its writers and its fault schedule), instead of after it: CI's time budget. Then the
+# container image is built from those packages (the code compiled once) and run, beside
+# the chaos runs that follow. Each writes its exit code to a file when done.
 PKG_PID=""
 if [ "$(id -u)" -eq 0 ]; then
-  JOBS="$JOBS" bash scripts/package-check.sh "$BUILD_ROOT/pkg" >"$BUILD_ROOT/package-check.log" 2>&1 &
+  rm -f "$BUILD_ROOT/package-check.rc" "$BUILD_ROOT/image-check.rc"
+  (
+    rc=0
+    JOBS="$JOBS" bash scripts/package-check.sh "$BUILD_ROOT/pkg" >"$BUILD_ROOT/package-check.log" 2>&1 || rc=$?
+    echo "$rc" >"$BUILD_ROOT/package-check.rc"
+    if [ "$rc" = 0 ]; then
+      rc=0
+      bash scripts/image-check.sh --debs "$BUILD_ROOT/pkg" >"$BUILD_ROOT/image-check.log" 2>&1 || rc=$?
+    else
+      echo "not run: scripts/package-check.sh failed" >"$BUILD_ROOT/image-check.log"
+    fi
+    echo "$rc" >"$BUILD_ROOT/image-check.rc"
+  ) &
   PKG_PID=$!
 fi
 # The Helm chart's check (building Helm once: CPU, then seconds of checks) runs beside the
@@ -123,8 +139,8 @@ BUILD_ROOT="$BUILD_ROOT" CHAOS_EVENTS=${CHAOS_EVENTS:-30000} CHAOS_SEED=${CHAOS_
 
 if [ -n "$PKG_PID" ]; then
   step "Debian packages (scripts/package-check.sh: production build, cpack, dpkg -i, checks, purge; ran beside the chaos run)"
-  PKG_RC=0
-  wait "$PKG_PID" || PKG_RC=$?
+  while [ ! -s "$BUILD_ROOT/package-check.rc" ] && kill -0 "$PKG_PID" 2>/dev/null; do sleep 1; done
+  PKG_RC=$(cat "$BUILD_ROOT/package-check.rc" 2>/dev/null || echo "none (its job died)")
   cat "$BUILD_ROOT/package-check.log"
   [ "$PKG_RC" = 0 ] || { echo "scripts/package-check.sh failed (exit $PKG_RC)" >&2; exit 1; }
 else
@@ -148,6 +164,16 @@ step "chaos run must see the failpoint's loss (the test-only confirm_before_ack 
 # failpoint predicts from them (scripts/chaos.sh, CHAOS_EXPECT_LOSS).
 BUILD_ROOT="$BUILD_ROOT" CHAOS_EXPECT_LOSS=1 CHAOS_SEED=${CHAOS_SEED:-20261204} \
   CHAOS_WORK=/tmp/walrelay-chaos-ci-loss bash scripts/chaos.sh
+
+if [ -n "$PKG_PID" ]; then
+  step "container image (scripts/image-check.sh: podman build on a debootstrapped Debian 12 from the packages above, then run as the Helm chart runs it; ran beside the chaos runs)"
+  wait "$PKG_PID" || true
+  IMAGE_RC=$(cat "$BUILD_ROOT/image-check.rc" 2>/dev/null || echo "none (its job died)")
+  cat "$BUILD_ROOT/image-check.log"
+  [ "$IMAGE_RC" = 0 ] || { echo "scripts/image-check.sh failed (exit $IMAGE_RC)" >&2; exit 1; }
+else
+  step "container image: skipped (scripts/image-check.sh runs rootful podman: needs root, as CI runs)"
+fi
 
 step "alert rules (promtool check rules docker/alerts.yml)"
 promtool check rules docker/alerts.yml
