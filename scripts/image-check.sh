@@ -19,13 +19,16 @@
 #   walrelay run and walrelay-ledger in containers with a read-only root filesystem (as the
 #     chart's securityContext), the development Kafka from the same image, all on the host
 #     network; /healthz and /readyz answer 200 from the host;
-#   EVENTS payments written on the host: the ledger's verdict (scripts/lib/ledger_verdict.sql)
-#     0 lost, 0 applied twice, every balance exact, order per wallet kept;
-#   SIGTERM (podman stop): the relay exits 0 with "walrelay stopped cleanly", and the slot
-#     holds no outbox row left to send (everything Kafka acknowledged was confirmed).
+#   EVENTS payments written on the host, SIGTERM (podman stop) to the relay halfway: it
+#     exits 0 saying "walrelay stopped cleanly", and the records in Kafka plus the outbox
+#     rows the slot still holds equal what was written, each event once (a relay that
+#     confirmed less than Kafka acknowledged would repeat the difference, more would lose
+#     it); restarted, it delivers the rest: the ledger's verdict
+#     (scripts/lib/ledger_verdict.sql) 0 lost, 0 applied twice, every balance exact, order
+#     per wallet kept; a second SIGTERM leaves every event in Kafka once, none unconfirmed.
 #
 # Needs root (podman's rootful storage and runtime, a file owned by uid 10001), podman, runc,
-# debootstrap (scripts/install-deps.sh), psql, curl. Podman runs with a containers.conf of
+# debootstrap (scripts/install-deps.sh), psql, curl, kcat. Podman runs with a containers.conf of
 # its own (runc, cgroupfs, no default ulimits: what this sandbox allows) in WORK; the base
 # image's root filesystem is cached as a tarball in ~/.cache/walrelay/image.
 # Env: EVENTS (3000), WORK (/tmp/walrelay-image-check), IMAGE (localhost/walrelay:check),
@@ -45,7 +48,7 @@ DEBS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --debs) DEBS=$(cd "$2" && pwd); shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "image-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
