@@ -48,7 +48,7 @@ DEBS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --debs) DEBS=$(cd "$2" && pwd); shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "image-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
