@@ -7,7 +7,8 @@
 #
 # --debs DIR  build the image from the walrelay_*.deb in DIR (scripts/package-check.sh
 #             leaves them in its build directory; CI passes them so the code is compiled
-#             once): docker/Dockerfile with PACKAGES=prebuilt. Without it the Dockerfile's
+#             once): the build context is only prebuilt/<the package>, which the
+#             Dockerfile installs instead of compiling. Without it the Dockerfile's
 #             own build stage compiles the tree (about 10 minutes on 2 cores).
 #
 # Checks, each failing the script:
@@ -126,16 +127,15 @@ version=$(sed -n 's/^project(walrelay VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt
 [ -n "$version" ] || fail "cannot read the version from CMakeLists.txt"
 build_args=(--build-arg "DEBIAN_IMAGE=$BASE_IMAGE" --build-arg "WALRELAY_COMMIT=$commit")
 if [ -n "$DEBS" ]; then
-  context="$WORK/context"
-  mkdir -p "$context"
+  context="$WORK/context"  # only prebuilt/walrelay_*.deb: the Dockerfile installs it
+  mkdir -p "$context/prebuilt"
   deb=$(ls "$DEBS"/walrelay_"$version"_*.deb 2>/dev/null | head -1)
   [ -n "$deb" ] || fail "no walrelay_${version}_*.deb in $DEBS (scripts/package-check.sh makes it)"
-  cp "$deb" "$context/"
-  build_args+=(--build-arg PACKAGES=prebuilt)
-  say "podman build docker/Dockerfile, PACKAGES=prebuilt: $(basename "$deb")"
+  cp "$deb" "$context/prebuilt/"
+  say "podman build docker/Dockerfile from the package: $(basename "$deb")"
 else
   context="$ROOT"
-  say "podman build docker/Dockerfile, PACKAGES=build: compiling the tree in the build stage"
+  say "podman build docker/Dockerfile from the source: compiling the tree in the build stage"
 fi
 t_build=$(date +%s)
 podman build --network host -f "$ROOT/docker/Dockerfile" "${build_args[@]}" \
