@@ -102,9 +102,10 @@
 #                      writers: one payment per transaction at a steady CHAOS_RATE
 #                      transactions per second (-R), 8 clients, the same rows and events, a
 #                      fifth table-less, one in twenty rolled back ($WORK/pgbench.log).
-#   CHAOS_SAMPLE_S     every this many seconds, each relay's and ledger's RSS, open
-#                      descriptors, threads and CPU time, and each relay's published events
-#                      and role (streaming, standby, other: reconnecting),
+#   CHAOS_SAMPLE_S     every this many seconds, each relay's and ledger's RSS, C heap in use
+#                      and retained, open descriptors, threads and CPU time, and each
+#                      relay's published events and role (streaming, standby, other:
+#                      reconnecting),
 #                      to $WORK/samples.tsv (KEEP=1 keeps it; scripts/lib/soak_report.py reads it).
 # Env: CHAOS_EVENTS (default 1000000), CHAOS_SEED (default: the time), CHAOS_KAFKA, CHAOS_RATE, the counts above,
 # CHAOS_WORK (default /tmp/walrelay-chaos), BUILD_ROOT (default build; uses
@@ -843,9 +844,12 @@ net_reset() {  # seconds: every path reset every 5 s
 }
 
 # CHAOS_SAMPLE_S: each relay's and ledger's resources, from /proc and the relay's metrics.
+# The C heap in use and retained (base/process_snapshot.h: a leak grows the first, the
+# allocator's high-water mark the second): a relay's from its metrics, a ledger's from the
+# last stats line it printed (every 5 s).
 sampler() {
-  local name pid rss fds threads ticks published role
-  echo -e "epoch\tprocess\tpid\trss_kb\tfds\tthreads\tcpu_ticks\tpublished\trole" >"$WORK/samples.tsv"
+  local name pid rss fds threads ticks published role heap retained stats
+  echo -e "epoch\tprocess\tpid\trss_kb\tfds\tthreads\tcpu_ticks\tpublished\trole\theap_kb\tretained_kb" >"$WORK/samples.tsv"
   while [[ ! -f $WORK/stop ]]; do
     for name in relay-a relay-b ledger-1 ledger-2; do
       pid=$(cat "$WORK/$name.pid" 2>/dev/null) || continue
@@ -860,8 +864,16 @@ sampler() {
         role=other
         [[ $(metric "${name#relay-}" walrelay_streaming) == 1 ]] && role=streaming
         [[ $(metric "${name#relay-}" walrelay_standby) == 1 ]] && role=standby
+        heap=$(metric "${name#relay-}" walrelay_heap_in_use_bytes)
+        retained=$(metric "${name#relay-}" walrelay_heap_retained_bytes)
+      else
+        stats=$(grep '^stats ' "$WORK/$name.log" 2>/dev/null | tail -n 1) || true
+        heap=$(sed -n 's/.* heap_in_use_bytes=\([0-9]*\).*/\1/p' <<<"$stats")
+        retained=$(sed -n 's/.* heap_retained_bytes=\([0-9]*\).*/\1/p' <<<"$stats")
       fi
-      echo -e "$(date +%s)\t$name\t$pid\t$rss\t$fds\t$threads\t$ticks\t$published\t$role" >>"$WORK/samples.tsv"
+      heap=$(awk -v b="$heap" 'BEGIN { if (b != "") printf "%d", b / 1024 }')
+      retained=$(awk -v b="$retained" 'BEGIN { if (b != "") printf "%d", b / 1024 }')
+      echo -e "$(date +%s)\t$name\t$pid\t$rss\t$fds\t$threads\t$ticks\t$published\t$role\t$heap\t$retained" >>"$WORK/samples.tsv"
     done
     sleep "$SAMPLE_S"
   done

@@ -8,7 +8,11 @@ CHAOS.txt is the chaos run's output (its verdict is copied into the report).
 The window is the last three quarters of the run (45 minutes of an hour). For every process
 that lived through the whole window (the soak's process faults come before it), compared
 between the window's first and last stretches (5 minutes, or a ninth of a shorter window):
-  RSS        mean of the last stretch at most 5 % above the mean of the first
+  heap       the C heap in use (the leak signal: base/process_snapshot.h), mean of the last
+             stretch at most 5 % above the mean of the first
+  RSS        the same 5 %, or beyond it only by what the heap accounts for (in use plus the
+             allocator's retained free memory: the high-water mark of a burst such as a
+             broker outage); samples without heap columns judge RSS alone
   fds        the last stretch's median no higher than the most the process held before it
   threads    the same
 Relays are compared in the role they end in (streaming or standby), from the first samples
@@ -34,6 +38,8 @@ def load(path):
             except (ValueError, TypeError):
                 continue
             s["published"] = int(row["published"]) if row.get("published", "").isdigit() else None
+            for k in ("heap_kb", "retained_kb"):  # absent in samples from before 2026-12-07
+                s[k] = int(row[k]) if (row.get(k) or "").isdigit() else None
             s["role"] = row.get("role") or "-"
             series[(row["process"], row["pid"])].append(s)
     return series
@@ -72,6 +78,11 @@ def judge(series):
             continue
         rss0, rss1 = mean([s["rss_kb"] for s in first]), mean([s["rss_kb"] for s in last])
         growth = (rss1 - rss0) / rss0 * 100
+        heap = None  # (in use first, last, growth %, retained first, last), all KiB
+        if all(s["heap_kb"] is not None and s["retained_kb"] is not None for s in first + last):
+            h0, h1 = mean([s["heap_kb"] for s in first]), mean([s["heap_kb"] for s in last])
+            r0, r1 = mean([s["retained_kb"] for s in first]), mean([s["retained_kb"] for s in last])
+            heap = (h0, h1, (h1 - h0) / h0 * 100 if h0 > 0 else float("inf"), r0, r1)
         # Descriptors and threads: the last stretch's median against the most the process
         # held before it in that role. Not the first stretch's: a connection a fault dropped
         # (a broker killed before the window) comes back when the client next needs it,
@@ -85,9 +96,23 @@ def judge(series):
         pub = None
         if in_window[0]["published"] is not None and in_window[-1]["published"] is not None:
             pub = in_window[-1]["published"] - in_window[0]["published"]
-        rows.append((f"{name} ({role})", pid, rss0 / 1024, rss1 / 1024, growth, fd0, fd1, th0, th1, cpu_s, pub))
-        if growth > 5:
-            failures.append(f"{name} (pid {pid}): RSS grew {growth:.1f} % over the window (limit 5 %)")
+        rows.append((f"{name} ({role})", pid, rss0 / 1024, rss1 / 1024, growth, heap, fd0, fd1, th0, th1, cpu_s, pub))
+        if heap is None:
+            if growth > 5:
+                failures.append(f"{name} (pid {pid}): RSS grew {growth:.1f} % over the window (limit 5 %)")
+        else:
+            # A leak grows the heap in use. RSS may grow beyond 5 % only by what the heap
+            # accounts for: the allocator's retained free memory (a high-water mark of a
+            # burst, base/process_snapshot.h) plus the heap in use; growth outside the heap
+            # (stacks, mappings) is judged as before.
+            h0, h1, hg, r0, r1 = heap
+            if hg > 5:
+                failures.append(f"{name} (pid {pid}): heap in use grew {hg:.1f} % over the window "
+                                f"({h0 / 1024:.1f} -> {h1 / 1024:.1f} MiB; limit 5 %): a leak")
+            unexplained = (rss1 - rss0) - max(0.0, h1 - h0) - max(0.0, r1 - r0)
+            if growth > 5 and unexplained > 0.05 * rss0:
+                failures.append(f"{name} (pid {pid}): RSS grew {growth:.1f} % over the window, "
+                                f"{unexplained / 1024:.1f} MiB of it outside the heap (limit 5 % of RSS)")
         if fd1 > fd0:
             failures.append(f"{name} (pid {pid}): open descriptors grew from {fd0} to {fd1}")
         if th1 > th0:
@@ -98,10 +123,11 @@ def judge(series):
 
 
 def chart(series, t0, window_start, path):
-    panels = [("RSS (MiB)", lambda s: s["rss_kb"] / 1024), ("open descriptors", lambda s: s["fds"]),
-              ("threads", lambda s: s["threads"])]
+    panels = [("RSS (MiB)", lambda s: s["rss_kb"] / 1024),
+              ("C heap in use (MiB)", lambda s: (s["heap_kb"] or 0) / 1024),
+              ("open descriptors", lambda s: s["fds"]), ("threads", lambda s: s["threads"])]
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
-    width, height, left, top, ph, gap = 920, 620, 70, 30, 160, 40
+    width, height, left, top, ph, gap = 920, 800, 70, 30, 150, 40
     pw = width - left - 190
     t_end = max(s[-1]["epoch"] for s in series.values())
     span = max(1, t_end - t0)
@@ -161,12 +187,18 @@ def main():
            f"Window judged: the last {(t1 - window_start) / 60:.0f} minutes; first and last "
            f"stretches of {stretch} s compared. Chart: soak.svg.",
            "",
-           "| process (role) | pid | RSS first (MiB) | RSS last (MiB) | growth | fds (most before/last median) | "
+           "| process (role) | pid | RSS first (MiB) | RSS last (MiB) | growth | heap in use first/last (MiB) | "
+           "growth | heap retained first/last (MiB) | fds (most before/last median) | "
            "threads (most before/last median) | CPU s in window | events published in window | CPU µs/event |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, pid, r0, r1, g, fd0, fd1, th0, th1, cpu, pub in rows:
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, pid, r0, r1, g, heap, fd0, fd1, th0, th1, cpu, pub in rows:
         per = f"{cpu / pub * 1e6:.1f}" if pub else "-"
-        rep.append(f"| {name} | {pid} | {r0:.1f} | {r1:.1f} | {g:+.1f} % | {fd0}/{fd1} | {th0}/{th1} | "
+        if heap is None:
+            hcols = "- | - | -"
+        else:
+            h0, h1, hg, k0, k1 = heap
+            hcols = f"{h0 / 1024:.1f}/{h1 / 1024:.1f} | {hg:+.1f} % | {k0 / 1024:.1f}/{k1 / 1024:.1f}"
+        rep.append(f"| {name} | {pid} | {r0:.1f} | {r1:.1f} | {g:+.1f} % | {hcols} | {fd0}/{fd1} | {th0}/{th1} | "
                    f"{cpu:.1f} | {pub if pub is not None else '-'} | {per} |")
     rep += ["", "```", *verdict, "```", ""]
     rep.append("Resources: " + ("PASS" if not failures else "FAIL"))

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "src/metrics/process_metrics.h"
 #include "src/relay/core/metric_names.h"
 #include "src/relay/core/pipeline.h"
 
@@ -30,6 +31,7 @@ Status Relay::StartObservability() {
   topic_errors_ = std::make_unique<TopicErrors>(
       config_.kafka_topic_error_timeout, 2 * config_.reconnect_max + std::chrono::seconds(60));
   metrics::Registry& r = obs_->registry;
+  metrics::AddProcessMetrics(r);  // process_* and the C heap (is a growing RSS a leak?)
   auto counter = [&r](const mn::MetricName& m, const std::atomic<uint64_t>& a,
                       metrics::Labels labels = {}) {
     r.AddCounterCallback(m.name, m.help, labels,
