@@ -90,7 +90,9 @@
 #                      network faults below with CHAOS_NET_FAULTS, else ledger kills and
 #                      broker pauses), none in the last 5 minutes; CHAOS_EVENTS is ignored.
 #                      CHAOS_FAULT_GAP_S makes every gap that long (a short trial of the
-#                      whole schedule).
+#                      whole schedule). CHAOS_SOAK_FAULTS="KIND:S ..." replaces the kinds
+#                      that follow the process faults (in turn), e.g.
+#                      CHAOS_SOAK_FAULTS=net-broker-blackhole:30 repeats one fault all run.
 #   CHAOS_NET_FAULTS=1 (Apache Kafka) both relays reach PostgreSQL and every broker through
 #                      Toxiproxy (scripts/toxiproxy.sh; the brokers' PROXIED listeners of
 #                      scripts/kafka.sh), and the schedule draws network faults: a black hole
@@ -246,6 +248,9 @@ if (( DURATION_S > 0 )); then
   KINDS=(kill-ledger)
   [[ $KAFKA == apache ]] && KINDS+=("pause-broker:20")
   (( NET_FAULTS == 1 )) && KINDS=("net-pg-blackhole:60" "net-broker-blackhole:30" "net-slow:120" "net-reset:60")
+  # CHAOS_SOAK_FAULTS: these kinds instead, in turn (e.g. one kind repeated all run long, to
+  # see whether what a fault leaves behind plateaus).
+  [[ -n ${CHAOS_SOAK_FAULTS:-} ]] && read -r -a KINDS <<<"$CHAOS_SOAK_FAULTS"
   t=0 k=0
   for g in "${GAPS[@]}"; do t=$(( t + g + 20 )); done
   while :; do

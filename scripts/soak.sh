@@ -14,15 +14,18 @@
 # 2.5-4 minutes, a black hole on the path to PostgreSQL (60 s) or to one broker (30 s),
 # 200 +- 50 ms of latency with sliced streams on every path (120 s), or resets on every
 # path every 5 s (60 s); nothing in the last 5 minutes. Every 10 s each relay's and
-# ledger's RSS, descriptors, threads and CPU time are sampled.
+# ledger's RSS, C heap in use and retained, descriptors, threads and CPU time are sampled.
+# CHAOS_SOAK_FAULTS and CHAOS_FAULT_GAP_S (chaos.sh) change the schedule, e.g. one fault
+# repeated: CHAOS_SOAK_FAULTS=net-broker-blackhole:30 CHAOS_FAULT_GAP_S=30 SOAK_S=1800.
 #
 # The verdict (exit 0 only when both pass):
 #   the chaos verdict: 0 lost, 0 phantom, 0 out of order per wallet in Kafka; 0 lost,
 #     0 applied twice, every balance exact in the ledger; every scheduled fault executed
 #     with its evidence; walrelay audit agrees id for id;
 #   resources (scripts/lib/soak_report.py): over the last three quarters of the run, for
-#     every process that lived through them, RSS growth <= 5 %, no growth of open
-#     descriptors or threads.
+#     every process that lived through them, heap in use growth <= 5 % (the leak signal),
+#     RSS growth <= 5 % or beyond it only by what the heap in use and the allocator's
+#     retained memory account for, no growth of open descriptors or threads.
 # Output in SOAK_OUT (default bench/soak): report.md, soak.svg, samples.tsv, chaos.txt.
 #
 # Env: SOAK_S (3600), SOAK_RATE (2000), SOAK_SEED (20261207), SOAK_OUT, SOAK_WORK
