@@ -1,8 +1,9 @@
 // The metric names that files outside the code use — the alert rules (docker/alerts.yml),
 // the Grafana dashboard (docker/grafana/) and the Debezium JMX table of
 // docs/migrating-from-debezium.md — are metrics walrelay exports
-// (src/relay/core/metric_names.h, and the audit sidecar's src/audit/metric_names.h): a
-// renamed metric cannot silently disable an alert.
+// (src/relay/core/metric_names.h, the audit sidecar's src/audit/metric_names.h and the
+// process series of src/metrics/process_metrics.cc): a renamed metric cannot silently
+// disable an alert.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -40,8 +41,14 @@ TEST(MetricsDocsTest, AlertsAndDashboardUseExportedMetrics) {
        Names(Read(root + "/src/audit/metric_names.h"), std::regex("\"(walrelay_[a-z0-9_]+)\""))) {
     exported.insert(name);
   }
+  // The process series (src/metrics/process_metrics.cc): process_* and walrelay_heap_*.
+  for (const std::string& name : Names(Read(root + "/src/metrics/process_metrics.cc"),
+                                       std::regex("\"((?:walrelay|process)_[a-z0-9_]+)\""))) {
+    exported.insert(name);
+  }
   ASSERT_GT(exported.size(), 20u);
-  const std::regex used("\\b(walrelay_[a-z0-9_]+)");
+  ASSERT_EQ(exported.count("process_resident_memory_bytes"), 1u);
+  const std::regex used("\\b((?:walrelay|process)_[a-z0-9_]+)");
   std::vector<std::string> files = {root + "/docker/alerts.yml",
                                     root + "/docs/migrating-from-debezium.md"};
   for (const auto& e : std::filesystem::directory_iterator(root + "/docker/grafana")) {
