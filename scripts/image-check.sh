@@ -148,9 +148,9 @@ say "image $IMAGE built in ${t_build}s: $(( size / 1000000 )) MB, user '$user'"
 [ "$user" = "10001:10001" ] || fail "the image runs as '$user', expected 10001:10001"
 uid=$(podman run --rm --network none --entrypoint id "$IMAGE" -u)
 [ "$uid" = 10001 ] || fail "a container of the image runs as uid $uid"
-got=$(podman run --rm --network none "$IMAGE" --version)
+got=$(podman run --rm --network none "$IMAGE" --version | head -n 1)
 want="walrelay $version (commit $commit)"
-[ "$got" = "$want" ] || fail "walrelay --version in the image printed '$got', expected '$want'"
+[ "$got" = "$want" ] || fail "walrelay --version in the image printed '$got' first, expected '$want'"
 say "in the image: $got; $(podman run --rm --network none --entrypoint dpkg-query "$IMAGE" -W -f '${Package} ${Version}, ' \
   walrelay librdkafka1 libpq5 | sed 's/, $//')"
 

@@ -45,8 +45,12 @@ echo "$(wc -l <"$files") files installed"
 echo "--- walrelay --version"
 got=$(/usr/bin/walrelay --version)
 echo "$got"
-[ "$got" = "walrelay $version (commit $commit)" ] ||
-  fail "walrelay --version printed '$got', expected 'walrelay $version (commit $commit)'"
+[ "$(head -n 1 <<<"$got")" = "walrelay $version (commit $commit)" ] ||
+  fail "walrelay --version printed '$got', expected 'walrelay $version (commit $commit)' first"
+# The second line names the libraries loaded: the package's dependencies, resolved.
+rdk=$(dpkg-query -W -f '${Version}' librdkafka1 | sed 's/-.*//')
+grep -qx "librdkafka $rdk, libpq [0-9]*\.[0-9]*" <<<"$(sed -n 2p <<<"$got")" ||
+  fail "walrelay --version's second line is '$(sed -n 2p <<<"$got")', expected 'librdkafka $rdk, libpq N.N'"
 
 echo "--- the walrelay system user"
 entry=$(getent passwd walrelay) || fail "the package made no walrelay user"

@@ -15,6 +15,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
 #include <CLI/CLI.hpp>
 #include <atomic>
 #if defined(__GLIBC__)
@@ -321,8 +324,14 @@ int main(int argc, char** argv) {
       "walrelay: streams a PostgreSQL transactional outbox to Kafka through logical "
       "replication, confirming WAL only after Kafka acked every event."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "walrelay " WALRELAY_VERSION " (commit " WALRELAY_GIT_COMMIT
-                                    ")");
+  // Line 1: what was built. Line 2: the client libraries loaded now (a walrelay built on
+  // Debian 12 runs on a newer librdkafka through LD_LIBRARY_PATH: docs/operations.md).
+  app.set_version_flag("--version", [] {
+    const int pq = PQlibVersion();  // e.g. 150018 for 15.18
+    return "walrelay " WALRELAY_VERSION " (commit " WALRELAY_GIT_COMMIT ")\nlibrdkafka " +
+           std::string(rd_kafka_version_str()) + ", libpq " + std::to_string(pq / 10000) + "." +
+           std::to_string(pq % 10000);
+  });
 
   CLI::App* run = app.add_subcommand(
       "run",
