@@ -20,6 +20,10 @@ PACKAGES=(
   spin                                # model checker of spec/walrelay.pml (spec/check.sh)
   python3-yaml python3-jsonschema     # scripts/helm-check.sh validates the chart's manifests
   podman runc debootstrap             # scripts/image-check.sh builds and runs the container image
+  # scripts/librdkafka-backport.sh builds Debian trixie's librdkafka 2.8.0 with these (its
+  # BUILD_DEPS), installed here so that CI's background build never needs apt's lock
+  debhelper dpkg-dev pkgconf libcurl4-openssl-dev liblz4-dev libsasl2-dev libssl-dev
+  libzstd-dev rapidjson-dev zlib1g-dev
 )
 
 missing=()

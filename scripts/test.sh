@@ -129,6 +129,20 @@ if [ "$(id -u)" -eq 0 ]; then
   ) &
   PKG_PID=$!
 fi
+# librdkafka 2.8.0 (Debian trixie's source package, built once into a cache; its build
+# dependencies came with scripts/install-deps.sh, so this job never waits on apt's lock)
+# builds beside the chaos runs too, niced below them; the Apache Kafka programs run on it
+# after them.
+BACKPORT_PID=""
+if [ "$WALRELAY_TEST_KAFKA" = apache ]; then
+  rm -f "$BUILD_ROOT/backport.rc"
+  (
+    rc=0
+    nice -n 10 bash scripts/librdkafka-backport.sh >"$BUILD_ROOT/backport.env" 2>"$BUILD_ROOT/backport.log" || rc=$?
+    echo "$rc" >"$BUILD_ROOT/backport.rc"
+  ) &
+  BACKPORT_PID=$!
+fi
 # The Helm chart's check (building Helm once: CPU, then seconds of checks) runs beside the
 # chaos runs too, which are paced by their writers and fault schedules (CI's time budget).
 bash scripts/helm-check.sh "$BUILD_ROOT/main/src/cli/walrelay" >"$BUILD_ROOT/helm-check.log" 2>&1 &
@@ -187,6 +201,28 @@ if [ -n "$PKG_PID" ]; then
   [ "$IMAGE_RC" = 0 ] || { echo "scripts/image-check.sh failed (exit $IMAGE_RC)" >&2; exit 1; }
 else
   step "container image: skipped (scripts/image-check.sh runs rootful podman: needs root, as CI runs)"
+fi
+
+if [ -n "$BACKPORT_PID" ]; then
+  step "Apache Kafka programs on librdkafka 2.8.0 (scripts/librdkafka-backport.sh, built beside the chaos runs; the same binaries through LD_LIBRARY_PATH)"
+  BACKPORT_RC=0
+  wait "$BACKPORT_PID" || BACKPORT_RC=$?
+  [ "$(cat "$BUILD_ROOT/backport.rc" 2>/dev/null)" = 0 ] || BACKPORT_RC=1
+  cat "$BUILD_ROOT/backport.log"
+  [ "$BACKPORT_RC" = 0 ] || { echo "scripts/librdkafka-backport.sh failed" >&2; exit 1; }
+  libdir=$(sed -n 's/^libdir=//p' "$BUILD_ROOT/backport.env")
+  # The premise: the programs load 2.8.0, not Debian 12's 2.0.2.
+  loaded=$(LD_LIBRARY_PATH="$libdir" "$BUILD_ROOT/main/src/cli/walrelay" --version | sed -n 2p)
+  echo "walrelay --version with LD_LIBRARY_PATH=$libdir: $loaded"
+  case "$loaded" in
+    "librdkafka 2.8.0, "*) ;;
+    *) echo "with LD_LIBRARY_PATH=$libdir walrelay loads '$loaded', not librdkafka 2.8.0" >&2; exit 1 ;;
+  esac
+  LD_LIBRARY_PATH="$libdir" ctest --test-dir "$BUILD_ROOT/main" --output-on-failure --timeout 900 \
+    -R '^(ApacheKafkaTest|InboxApacheTest|AuditApacheTest)$' | tee "$BUILD_ROOT/ctest-rdkafka28.log"
+  grep -q "tests passed, 0 tests failed out of 3$" "$BUILD_ROOT/ctest-rdkafka28.log" ||
+    { echo "the Apache Kafka programs did not all run and pass on librdkafka 2.8.0" >&2; exit 1; }
+  ctest_counted "$BUILD_ROOT/ctest-rdkafka28.log"
 fi
 
 step "alert rules (promtool check rules docker/alerts.yml)"
