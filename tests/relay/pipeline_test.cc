@@ -81,6 +81,41 @@ TEST(PipelineTest, CommitClaimingWalPastItsFrameIsRefusedAndNotConfirmed) {
   for (Lsn flush : corrupt.flushes) EXPECT_EQ(flush, Lsn()) << "confirmed a corrupt commit";
 }
 
+// A stop (SIGTERM) requested inside a source transaction, its Insert read and its Commit
+// not yet: pgoutput sends a transaction's messages together once it committed, so the
+// Commit is already on its way. The relay reads on to it and confirms the transaction;
+// before, it stopped there with the event published and acknowledged but its transaction
+// unconfirmed, so the next start sent it again (scripts/image-check.sh caught one such
+// repeat after a clean stop in CI, 2026-12-07).
+TEST(PipelineTest, StopInsideATransactionReadsOnToItsCommitAndConfirmsIt) {
+  class StopAfterInsert : public ListSource {
+   public:
+    StopAfterInsert(std::vector<std::pair<uint64_t, std::string>> frames, std::atomic<bool>* stop)
+        : ListSource(std::move(frames)), stop_(stop) {}
+    Result<slot::Frame> Read(std::chrono::milliseconds timeout) override {
+      if (++reads_ == 3) stop_->store(true);  // frame 3 is the Insert
+      return ListSource::Read(timeout);
+    }
+
+   private:
+    std::atomic<bool>* stop_;
+    int reads_ = 0;
+  };
+  std::atomic<bool> stop{false};
+  StopAfterInsert source(OneEventTransaction(0x1200, 0x1230, 0x1230), &stop);
+  NullSink sink;
+  RelayStats stats;
+  LoggingDeadLetterSink dead_letters;
+  Pipeline pipeline(RelayConfig(), stats, source, sink, dead_letters, Pipeline::Options());
+  const Status run = pipeline.Run(stop);
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(stop.load()) << "the premise: the stop came inside the transaction";
+  EXPECT_EQ(sink.records(), 1u);
+  ASSERT_FALSE(source.flushes.empty());
+  EXPECT_EQ(source.flushes.back(), Lsn(0x1230))
+      << "the stopped relay left a published event's transaction unconfirmed";
+}
+
 // Hands out the frames the test released, then behaves as an idle walsender socket: waits
 // the whole timeout unless the wake descriptor (SetWakeFd) becomes readable, and drains it
 // then, as FrameSource's contract says. Counts reads and keeps the last flush position

@@ -799,6 +799,20 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
       WALRELAY_ASSIGN_OR_RETURN(frame, source_.Read(milliseconds(0)));
     }
   }
+  // Stopped inside a source transaction: its events may be in Kafka already, but it is
+  // confirmable only once its Commit is read. pgoutput sends a transaction's messages
+  // together once it committed (a streamed one in chunks), so the rest is on its way:
+  // read on to the Commit, within the shutdown timeout, so that a clean stop repeats
+  // nothing (PipelineTest.StopInsideATransactionReadsOnToItsCommitAndConfirmsIt).
+  const auto read_until = Clock::now() + config_.shutdown_timeout;
+  while (assembler_.in_transaction() && Clock::now() < read_until) {
+    sink_.Poll(milliseconds(0));
+    RetireAcked();
+    WALRELAY_ASSIGN_OR_RETURN(slot::Frame frame, source_.Read(milliseconds(10)));
+    bool ended = false;
+    WALRELAY_RETURN_IF_ERROR(HandleFrame(frame, &ended));
+    if (ended) break;
+  }
   return Drain();
 }
 
@@ -815,8 +829,12 @@ Status Pipeline::Drain() {
   Status flushed = sink_.Flush(config_.shutdown_timeout);
   if (!delivery_failure_.ok()) spdlog::warn("{}", delivery_failure_.ToString());
   Status st = SendStatus(false, /*final=*/true);
-  spdlog::info("stopped at flush position {} ({} events still unacked will be replayed)",
-               confirmable_lsn().ToString(), tracker_.InFlightEvents());
+  spdlog::info("stopped at flush position {} ({} events still unacked will be replayed{})",
+               confirmable_lsn().ToString(), tracker_.InFlightEvents(),
+               assembler_.in_transaction()
+                   ? "; the source transaction read in part, whose Commit did not arrive within "
+                     "the shutdown timeout, is read again whole"
+                   : "");
   (void)flushed;
   return st;
 }
