@@ -104,9 +104,10 @@ TEST(PipelineTest, StopInsideATransactionReadsOnToItsCommitAndConfirmsIt) {
   std::atomic<bool> stop{false};
   StopAfterInsert source(OneEventTransaction(0x1200, 0x1230, 0x1230), &stop);
   NullSink sink;
+  const RelayConfig config;  // the pipeline keeps a reference: it must outlive it
   RelayStats stats;
   LoggingDeadLetterSink dead_letters;
-  Pipeline pipeline(RelayConfig(), stats, source, sink, dead_letters, Pipeline::Options());
+  Pipeline pipeline(config, stats, source, sink, dead_letters, Pipeline::Options());
   const Status run = pipeline.Run(stop);
   ASSERT_TRUE(run.ok()) << run.ToString();
   ASSERT_TRUE(stop.load()) << "the premise: the stop came inside the transaction";
