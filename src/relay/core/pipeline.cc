@@ -801,7 +801,8 @@ Status Pipeline::Run(const std::atomic<bool>& stop) {
   }
   // Stopped inside a source transaction: its events may be in Kafka already, but it is
   // confirmable only once its Commit is read. pgoutput sends a transaction's messages
-  // together once it committed (a streamed one in chunks), so the rest is on its way:
+  // together once it committed (walrelay never asks for in-progress streaming), so the
+  // rest is on its way:
   // read on to the Commit, within the shutdown timeout, so that a clean stop repeats
   // nothing (PipelineTest.StopInsideATransactionReadsOnToItsCommitAndConfirmsIt).
   const auto read_until = Clock::now() + config_.shutdown_timeout;
